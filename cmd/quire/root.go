@@ -1,0 +1,52 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func newRootCommand() *cobra.Command {
+	var logLevel string
+	root := &cobra.Command{
+		Use:   "quire",
+		Short: "Durable streams and stateful stream processing",
+		Long: `Quire serves journals (append-only, replicated byte streams) from a fleet
+of brokers, and runs consumer applications whose shards process journals
+exactly once, with state that survives any machine. etcd coordinates both.
+
+Commands available in this build:
+  quire allocator plan   show what the allocator would assign, for a scenario
+                         file or a live fleet in etcd
+  quire version          print the version`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newVersionCommand(), newAllocatorCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			cmd.Println("quire", version)
+		},
+	}
+}
