@@ -1,11 +1,159 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/keyspace"
+)
 
 func newAllocatorCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "allocator",
 		Short: "Inspect and plan the allocation of items to members",
 	}
+	cmd.AddCommand(newPlanCommand())
 	return cmd
+}
+
+type planFlags struct {
+	file, output, etcd, prefix string
+	timeout                    time.Duration
+}
+
+func newPlanCommand() *cobra.Command {
+	var f planFlags
+	cmd := &cobra.Command{
+		Use:   "plan (-f SCENARIO.yaml | --etcd ENDPOINTS --prefix PREFIX)",
+		Short: "Show what the allocator would assign",
+		Long: `Solve an allocation problem and print the assignments the allocator would
+converge to, with statistics. The problem is a scenario file:
+
+  members:     [{zone: z1, suffix: m1, itemLimit: 100}]
+  items:       [{id: a, replication: 3}]
+  assignments: [{item: a, zone: z1, suffix: m1, slot: 0}]   # current; optional
+
+or a live fleet read from etcd under --prefix (for example /quire/brokers/).
+Bad input is reported on standard error with exit code 2.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runPlan(cmd.Context(), cmd.OutOrStdout(), f)
+		},
+	}
+	cmd.Flags().StringVarP(&f.file, "file", "f", "", "scenario file (YAML or JSON); - reads standard input")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: json, yaml or table")
+	cmd.Flags().StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints of a live fleet")
+	cmd.Flags().StringVar(&f.prefix, "prefix", "", "the live fleet's key prefix, e.g. /quire/brokers/")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "etcd timeout")
+	return cmd
+}
+
+func runPlan(ctx context.Context, stdout io.Writer, f planFlags) error {
+	if f.output != "json" && f.output != "yaml" && f.output != "table" {
+		return usagef("--output %q: want json, yaml or table", f.output)
+	}
+	var sc *allocator.Scenario
+	var err error
+	switch {
+	case f.file != "" && f.etcd != "":
+		return usagef("give either -f or --etcd, not both")
+	case f.file != "":
+		sc, err = readScenario(f.file)
+	case f.etcd != "":
+		sc, err = liveScenario(ctx, f)
+	default:
+		return usagef("give a scenario file with -f, or a live fleet with --etcd and --prefix")
+	}
+	if err != nil {
+		return err
+	}
+	if err := sc.Validate(); err != nil {
+		return usageError{fmt.Errorf("scenario: %w", err)}
+	}
+	var out bytes.Buffer
+	if err := writePlan(&out, allocator.PlanScenario(sc), f.output); err != nil {
+		return err
+	}
+	_, err = stdout.Write(out.Bytes())
+	return err
+}
+
+func readScenario(path string) (*allocator.Scenario, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, usagef("reading scenario: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var sc allocator.Scenario
+	if err := dec.Decode(&sc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, usagef("scenario %s: %w", path, err)
+	}
+	return &sc, nil
+}
+
+func liveScenario(ctx context.Context, f planFlags) (*allocator.Scenario, error) {
+	if f.prefix == "" || !strings.HasSuffix(f.prefix, "/") {
+		return nil, usagef("--prefix %q: want a key prefix ending in '/'", f.prefix)
+	}
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(f.etcd, ","),
+		DialTimeout: f.timeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %s: %w", f.etcd, err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	ks := keyspace.New(f.prefix, allocator.NewDecoder(f.prefix, allocator.Decoders{}))
+	if err := ks.Load(ctx, client, 0); err != nil {
+		return nil, fmt.Errorf("reading fleet %s from etcd %s: %w", f.prefix, f.etcd, err)
+	}
+	kvs, rev := ks.Snapshot()
+	return allocator.ScenarioOf(allocator.NewState(f.prefix, kvs, rev)), nil
+}
+
+func writePlan(w io.Writer, p *allocator.Plan, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p)
+	case "yaml":
+		enc := yaml.NewEncoder(w)
+		defer enc.Close()
+		return enc.Encode(p)
+	}
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ITEM\tSLOT\tZONE\tSUFFIX")
+	for _, a := range p.Assignments {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", a.Item, a.Slot, a.Zone, a.Suffix)
+	}
+	tw.Flush()
+	s := p.Stats
+	_, err := fmt.Fprintf(w, "\ndesired %d, assigned %d (kept %d, added %d, removed %d), solved in %.3fs\n",
+		s.DesiredSlots, s.AssignedSlots, s.Kept, s.Added, s.Removed, s.SolveSeconds)
+	return err
 }

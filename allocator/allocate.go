@@ -1,0 +1,235 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/quire-dev/quire/flow"
+	"github.com/quire-dev/quire/keyspace"
+)
+
+// ErrMemberGone is returned by Allocate when the local member's key is no
+// longer in the keyspace (its lease expired, or it was deleted).
+var ErrMemberGone = errors.New("local member key is gone from the keyspace")
+
+// errConflict tells that a round's transaction failed its compares: the
+// leader's view was outdated.
+var errConflict = errors.New("allocator transaction conflicted with a concurrent change")
+
+// Config configures Allocate.
+type Config struct {
+	// Client is the etcd client used for the leader's transactions.
+	Client *clientv3.Client
+	// KeySpace mirrors the fleet's root, with the decoder of NewDecoder.
+	// The caller loads it and keeps it watching.
+	KeySpace *keyspace.KeySpace
+	// Member is this process's member key, as returned by MemberKey and
+	// announced with Announce.
+	Member string
+	// Ready tells which replicas are ready. Nil means AllReady.
+	Ready ReadyFunc
+	// InitialValue is the value of a newly created assignment.
+	InitialValue string
+	// MaxTxnOps bounds compares and operations per transaction; it must
+	// not exceed the etcd server's --max-txn-ops. Zero means 128.
+	MaxTxnOps int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// AfterRound, if set, is called by the leader after each committed
+	// converge round.
+	AfterRound func(Round)
+	// Idle, if set, is called by the leader when a round finds nothing to
+	// change: the fleet is as converged as it can be until something
+	// changes (a replica becomes ready, a member or item changes).
+	Idle func(*State)
+}
+
+// Round describes a converge round committed by the leader.
+type Round struct {
+	Input    *State // the state the round was planned from
+	Revision int64  // of the round's last transaction
+	Txns     int
+	Added    int
+	Removed  int
+	Moved    int
+	// Solved tells whether the round solved the placement problem again
+	// (its inputs changed), and Solve how long that took.
+	Solved bool
+	Solve  time.Duration
+}
+
+// Allocate runs the member's allocator until ctx is done, returning
+// ctx.Err(); or until the member is exiting and holds no assignments,
+// returning nil; or until its member key disappears, returning
+// ErrMemberGone. While the member is the fleet's leader, it solves and
+// converges the fleet's assignments.
+func Allocate(ctx context.Context, cfg Config) error {
+	a, err := newAllocator(cfg)
+	if err != nil {
+		return err
+	}
+	return a.run(ctx)
+}
+
+type allocator struct {
+	Config
+	root         string
+	zone, suffix string
+	solver       flow.Solver
+	target       [][]int
+	targetPrint  uint64
+	haveTarget   bool
+	retryBackoff time.Duration
+}
+
+func newAllocator(cfg Config) (*allocator, error) {
+	if cfg.Client == nil || cfg.KeySpace == nil {
+		return nil, errors.New("allocator: Config.Client and Config.KeySpace are required")
+	}
+	root := cfg.KeySpace.Root
+	name, ok := strings.CutPrefix(cfg.Member, root+MembersPrefix)
+	if !ok {
+		return nil, fmt.Errorf("allocator: member key %q is not under %q", cfg.Member, root+MembersPrefix)
+	}
+	zone, suffix, err := parseMemberName(name)
+	if err != nil {
+		return nil, fmt.Errorf("allocator: %w", err)
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = AllReady
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Logger = cfg.Logger.With("member", name)
+	return &allocator{Config: cfg, root: root, zone: zone, suffix: suffix}, nil
+}
+
+func (a *allocator) run(ctx context.Context) error {
+	for {
+		changed := a.KeySpace.Changed()
+		kvs, rev := a.KeySpace.Snapshot()
+		s := NewState(a.root, kvs, rev)
+		self := s.MemberIndex(a.zone, a.suffix)
+		switch {
+		case self < 0:
+			return ErrMemberGone
+		case s.Members[self].Value.IsExiting() && s.Load[self] == 0:
+			a.Logger.Info("drained: member holds no assignments")
+			return nil
+		}
+		if s.Leader == self {
+			next, err := a.round(ctx, s)
+			if errors.Is(err, errConflict) {
+				// The state changed since the snapshot; the change is on its
+				// way to (or already in) the keyspace.
+				next, err = 0, nil
+			}
+			if err != nil {
+				if err := a.backoff(ctx, err); err != nil {
+					return err
+				}
+				continue
+			}
+			a.retryBackoff = 0
+			if next != 0 {
+				if err := a.KeySpace.WaitForRevision(ctx, next); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// backoff logs a failed round and waits before the next attempt, unless
+// ctx ends first.
+func (a *allocator) backoff(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	a.retryBackoff = min(max(2*a.retryBackoff, 50*time.Millisecond), 5*time.Second)
+	a.Logger.Warn("allocator round failed; retrying", "err", err, "backoff", a.retryBackoff)
+	select {
+	case <-time.After(a.retryBackoff):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// round solves if the inputs changed, then commits one converge round. It
+// returns the revision to wait for before the next round, or 0 if the
+// fleet is as converged as it can be until something changes.
+func (a *allocator) round(ctx context.Context, s *State) (int64, error) {
+	r := Round{Input: s}
+	if fp := s.fingerprint(); !a.haveTarget || fp != a.targetPrint {
+		r.Solved, r.Solve = true, a.solve(s)
+		a.targetPrint, a.haveTarget = fp, true
+	}
+	self := s.Members[s.Leader].KV
+	b := newBatch(a.Client, a.MaxTxnOps,
+		clientv3.Compare(clientv3.ModRevision(string(self.Key)), "=", self.ModRevision))
+	c := converger{s: s, target: a.target, ready: a.Ready, initial: a.InitialValue, b: b}
+	if err := c.plan(); err != nil {
+		return 0, err
+	}
+	b.flush()
+	total := b.Txns()
+	if total == 0 {
+		if a.Idle != nil {
+			a.Idle(s)
+		}
+		return 0, nil
+	}
+	committed, rev, err := b.Commit(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if committed < total {
+		txnsFailed.Inc()
+		a.Logger.Debug("allocator transaction conflicted; recomputing", "committed", committed, "of", total, "revision", rev)
+		return 0, errConflict
+	}
+	convergeRounds.Inc()
+	assignmentsAdded.Add(float64(c.stats.added))
+	assignmentsRemoved.Add(float64(c.stats.removed))
+	assignmentsMoved.Add(float64(c.stats.moved))
+	a.Logger.Debug("converge round", "revision", rev, "txns", total,
+		"added", c.stats.added, "removed", c.stats.removed, "moved", c.stats.moved)
+	if a.AfterRound != nil {
+		r.Revision, r.Txns = rev, total
+		r.Added, r.Removed, r.Moved = c.stats.added, c.stats.removed, c.stats.moved
+		a.AfterRound(r)
+	}
+	return rev, nil
+}
+
+func (a *allocator) solve(s *State) time.Duration {
+	start := time.Now()
+	p := s.Problem()
+	sol := a.solver.Solve(p)
+	elapsed := time.Since(start)
+	a.target = sol.Assigned
+
+	solveSeconds.Observe(elapsed.Seconds())
+	membersGauge.Set(float64(len(s.Members)))
+	itemsGauge.Set(float64(len(s.Items)))
+	desiredSlotsGauge.Set(float64(sol.Stats.Desired))
+	unattainableSlotsGauge.Set(float64(sol.Stats.Desired - sol.Stats.Assigned))
+	a.Logger.Info("solved", "revision", s.Revision, "members", len(s.Members), "items", len(s.Items),
+		"desired", sol.Stats.Desired, "assigned", sol.Stats.Assigned, "kept", sol.Stats.Kept,
+		"added", sol.Stats.Added, "removed", sol.Stats.Removed, "seconds", elapsed.Seconds())
+	return elapsed
+}

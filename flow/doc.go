@@ -1,0 +1,119 @@
+// Package flow is the allocator's solver: it decides which members hold
+// which item replicas. It is pure computation — no etcd, no I/O — so that it
+// can be tested exhaustively and run by whichever process leads the fleet.
+//
+// # Problem and priorities
+//
+// A Problem lists members (each in a zone, each with a limit on the number of
+// items it holds), items (each with a desired replication and the members
+// holding it now) and the number of zones. Solve returns an assignment that
+// honours, in strict priority order:
+//
+//  1. Maximize assigned slots. No assignment has more replicas in total, given
+//     that a member holds an item at most once and at most Limit items.
+//  2. Keep current assignments. Replicas move only when a higher priority (or
+//     balance, see below) needs them to.
+//  3. Spread each item across zones: at least two zones whenever at least two
+//     zones have members that can take items and the item wants two replicas
+//     or more (this outranks keeping); all zones evenly when capacity allows.
+//  4. Balance: loads proportional to limits; members with equal limits differ
+//     by at most one item where the constraints above allow.
+//
+// # Network
+//
+// The solver computes a maximum flow on
+//
+//	source → item → zone-item → member → sink
+//
+// An item node's arc from the source has capacity R, its replication. There
+// is one zone-item per item and zone; its arc from the item has a capacity
+// bounding how many replicas that zone takes. A zone-item is adjacent to
+// every member of its zone with capacity 1, so an item holds a member at most
+// once. A member's arc to the sink bounds its load. A unit of flow through
+// item i, zone-item (i, z) and member m is the assignment of i to m.
+//
+// Zone-item → member arcs are implicit: with a thousand members and a hundred
+// thousand items there would be a hundred million of them. The solver keeps
+// instead, per item, the few members it sends flow to (at most R), per
+// member the items sending flow to it, and per zone its members. Residual
+// adjacency follows: a zone-item may send to any member of its zone it does
+// not already hold, and a member may return flow to any item it holds.
+//
+// Only zones having a member with a positive limit exist in the network
+// (Z_eff of them); members with limit 0 have no arcs, so they get nothing. A
+// replication above the number of members that can take items is capped,
+// since the excess replicas could never be placed.
+//
+// # Priorities as phases
+//
+// Capacities encode the lower priorities; the solver starts tight and
+// relaxes them in five phases, each computing a maximum flow of its network
+// starting from the previous phase's flow:
+//
+//	phase  zone-item capacity        member capacity
+//	1      even = ceil(R/Z_eff)      floor target
+//	2      even                      ceil target
+//	3      even                      Limit
+//	4      two-zone = R−1            Limit
+//	5      any = R                   Limit
+//
+// The two-zone level is R−1 when Z_eff ≥ 2 and R ≥ 2, so one zone cannot take
+// every replica; otherwise it is R. A member's targets are its share of the
+// desired slots D = Σ R in proportion to its limit: floor = ⌊D·Limit/ΣLimit⌋,
+// ceil = floor+1 if the division has a remainder, both capped at Limit (and
+// both Limit when D ≥ ΣLimit). A zone-item's capacity in a phase is never
+// below the flow seeded into it.
+//
+// Because capacities only grow, each phase's flow is feasible for the next.
+// Flow placed in an early phase is rerouted later only along augmenting
+// paths, which keep earlier flow's value: the final flow is a maximum flow of
+// the last network (priority 1), and as much flow as possible was placed
+// while the tighter spread and balance constraints held.
+//
+// # Seeding
+//
+// Before phase 1 the flow is seeded with current assignments: each item keeps
+// its current members, in slot order, while the member can take items, the
+// item wants more replicas, the member's zone holds fewer than the two-zone
+// level of the item's replicas (spreading outranks keeping), and the member
+// is below its floor target. Seeds beyond the floor are dropped so that an
+// overloaded member sheds load to underloaded ones; if nothing else needs the
+// room, the dropped replica returns to its member in a later phase, because a
+// zone-item tries its item's current members before any other member, and
+// items that lost a seed are discharged first. Push-relabel then reroutes the
+// seeded flow only where a higher-priority constraint needs it, which keeps
+// churn minimal: a re-solve of a solution moves nothing, and losing a member
+// moves only its items.
+//
+// # Push-relabel
+//
+// Each phase saturates the source's arcs, computes exact heights by a
+// global relabel, then discharges active nodes in FIFO order until none
+// remain. Excess that cannot reach the sink flows back to the source: the
+// global relabel gives such nodes height n plus their distance to the source.
+// The global relabel runs backwards from the sink over residual arcs; for the
+// implicit arcs each zone keeps a list of its unlabeled zone-items, and a
+// member's visit labels those of its zone that do not hold it, so the search
+// costs O(nodes + flow). It is repeated whenever the discharges have examined
+// about as many arcs as it costs.
+//
+// A zone-item's discharge walks, after its item's current members, its
+// zone's members from an offset hashed from the item index. Without the
+// offset every item would start at the same member and fill the zone in
+// member order; with it, items spread over the zone, and the walk finds an
+// admissible member after few steps.
+//
+// # Leveling
+//
+// Finally, within each zone, items move from the member with the highest
+// load relative to its limit to the one with the lowest while that improves
+// balance. The targets above are global, and when zones differ in size the
+// even spread pushes zones off them; a move within a zone changes neither the
+// flow value nor any zone's share, so it cannot undo a higher priority.
+//
+// # Using the solver
+//
+// Validate a Problem, then Solve it with a Solver, reused across calls to
+// keep its buffers. Solutions list, per item, the kept current members in
+// their slot order, then new members, so a caller can keep its primary.
+package flow

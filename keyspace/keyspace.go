@@ -1,0 +1,355 @@
+package keyspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Decoder decodes the value of an etcd key. Returning an error keeps the key
+// out of the mirror. It must not modify kv.
+type Decoder func(kv *mvccpb.KeyValue) (any, error)
+
+// Metrics are package-level, so any number of KeySpaces share them.
+var (
+	decodeErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_keyspace_decode_errors_total",
+		Help: "Values of etcd keys that a keyspace failed to decode and kept out of its mirror.",
+	})
+	reloads = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_keyspace_reloads_total",
+		Help: "Reloads of a whole keyspace because etcd compacted the revision its watch needed.",
+	})
+)
+
+const (
+	defaultPageSize = 1000
+	minBackoff      = 100 * time.Millisecond
+	maxBackoff      = 5 * time.Second
+)
+
+// errWatchClosed reports a watch channel that closed without an error.
+var errWatchClosed = errors.New("etcd watch channel closed")
+
+// KeySpace mirrors all keys under Root. Its methods are safe for concurrent
+// use; Load and Watch are meant to be called by one goroutine.
+type KeySpace struct {
+	// Root is the etcd key prefix that the KeySpace mirrors.
+	Root string
+
+	decode   Decoder
+	log      *slog.Logger // nil means slog.Default() at the time of logging
+	pageSize int          // keys per range request of Load
+
+	mu        sync.RWMutex
+	kvs       KeyValues
+	rev       int64
+	changed   chan struct{}
+	observers []observer
+	nextID    uint64
+}
+
+// observer is a function registered with Observe.
+type observer struct {
+	id uint64
+	fn func(KeyValues, int64)
+}
+
+// New returns an empty KeySpace of the keys under root, whose values are
+// decoded by decode. A nil decode leaves every Decoded value nil.
+func New(root string, decode Decoder) *KeySpace {
+	if decode == nil {
+		decode = func(*mvccpb.KeyValue) (any, error) { return nil, nil }
+	}
+	return &KeySpace{
+		Root:     root,
+		decode:   decode,
+		pageSize: defaultPageSize,
+		changed:  make(chan struct{}),
+	}
+}
+
+// Snapshot returns the current mirror and the etcd revision it reflects. The
+// returned KeyValues is never modified afterwards (each applied change builds
+// a new slice), so callers may keep and read it without locks.
+func (ks *KeySpace) Snapshot() (KeyValues, int64) {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	return ks.kvs[:len(ks.kvs):len(ks.kvs)], ks.rev
+}
+
+// Revision returns the revision the mirror reflects; zero before Load.
+func (ks *KeySpace) Revision() int64 {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	return ks.rev
+}
+
+// Changed returns a channel that is closed when the next change is applied
+// (a new revision or a reload). Take it before reading a Snapshot to never
+// miss a change:
+//
+//	ch := ks.Changed()
+//	kvs, rev := ks.Snapshot()
+//	...
+//	<-ch
+func (ks *KeySpace) Changed() <-chan struct{} {
+	ks.mu.RLock()
+	defer ks.mu.RUnlock()
+	return ks.changed
+}
+
+// WaitForRevision blocks until the mirror reflects at least rev, or ctx is
+// done, in which case it returns ctx.Err().
+func (ks *KeySpace) WaitForRevision(ctx context.Context, rev int64) error {
+	for {
+		ks.mu.RLock()
+		cur, ch := ks.rev, ks.changed
+		ks.mu.RUnlock()
+		if cur >= rev {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Observe registers fn, called with the keyspace's lock held after each
+// applied change (and after each Load), with the new mirror and revision.
+// fn must not call the KeySpace's methods, nor the returned cancel: they take
+// the lock. cancel unregisters fn; once it returns, fn is not called again.
+func (ks *KeySpace) Observe(fn func(kvs KeyValues, rev int64)) (cancel func()) {
+	ks.mu.Lock()
+	ks.nextID++
+	id := ks.nextID
+	ks.observers = append(ks.observers, observer{id: id, fn: fn})
+	ks.mu.Unlock()
+
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ks.mu.Lock()
+			defer ks.mu.Unlock()
+			ks.observers = slices.DeleteFunc(ks.observers, func(o observer) bool { return o.id == id })
+		})
+	}
+}
+
+// Load reads all keys under Root at revision rev (0 = latest), replacing the
+// mirror. Call it before Watch; Watch reloads by itself when it must.
+func (ks *KeySpace) Load(ctx context.Context, client *clientv3.Client, rev int64) error {
+	kvs, rev, err := ks.read(ctx, client, rev)
+	if err != nil {
+		return err
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.publish(kvs, rev)
+	return nil
+}
+
+// read returns the decoded keys under Root at rev (0 = latest) and that
+// revision, reading them in pages of pageSize keys.
+func (ks *KeySpace) read(ctx context.Context, kv clientv3.KV, rev int64) (KeyValues, int64, error) {
+	from, end := ks.Root, clientv3.GetPrefixRangeEnd(ks.Root)
+	if from == "" {
+		from = "\x00" // etcd rejects an empty key; "\x00" starts the whole key space.
+	}
+	var kvs KeyValues
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(ks.pageSize))}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := kv.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("keyspace %q: reading keys at revision %d: %w", ks.Root, rev, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision // Later pages read this same revision.
+		}
+		for _, raw := range resp.Kvs {
+			if d, ok := ks.decodeKV(raw); ok {
+				kvs = append(kvs, KeyValue{Raw: raw, Decoded: d})
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return kvs, rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// decodeKV decodes raw, logging and counting a failure.
+func (ks *KeySpace) decodeKV(raw *mvccpb.KeyValue) (any, bool) {
+	d, err := ks.decode(raw)
+	if err != nil {
+		decodeErrors.Inc()
+		ks.logger().Warn("keyspace: value does not decode; keeping the key out of the mirror",
+			"root", ks.Root, "key", string(raw.Key), "mod_revision", raw.ModRevision, "err", err)
+		return nil, false
+	}
+	return d, true
+}
+
+// publish installs a new mirror at rev, calls the observers and wakes
+// everyone waiting on Changed. The lock must be held.
+func (ks *KeySpace) publish(kvs KeyValues, rev int64) {
+	ks.kvs, ks.rev = kvs, rev
+	for _, o := range ks.observers {
+		o.fn(kvs, rev)
+	}
+	close(ks.changed)
+	ks.changed = make(chan struct{})
+}
+
+func (ks *KeySpace) logger() *slog.Logger {
+	if ks.log != nil {
+		return ks.log
+	}
+	return slog.Default()
+}
+
+// Watch applies changes after the loaded revision until ctx is done, and
+// then returns ctx.Err(). If nothing was loaded yet, it loads the latest
+// revision first.
+//
+// It survives watch cancellation and errors by re-watching from the next
+// revision, etcd compaction of the revision it needs by reloading the whole
+// prefix at the latest revision, and etcd restarts by retrying with backoff;
+// each retry is logged.
+func (ks *KeySpace) Watch(ctx context.Context, client *clientv3.Client) error {
+	var bo backoff
+	needLoad := ks.Revision() == 0
+	for {
+		err := ks.watchStep(ctx, client, &bo, &needLoad)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			continue
+		}
+		d := bo.next()
+		ks.logger().Warn("keyspace: watch failed; retrying",
+			"root", ks.Root, "revision", ks.Revision(), "err", err, "backoff", d)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// watchStep loads the prefix if *needLoad, and otherwise watches it until
+// the watch fails. A compacted revision is not a failure: it sets *needLoad.
+func (ks *KeySpace) watchStep(ctx context.Context, client *clientv3.Client, bo *backoff, needLoad *bool) error {
+	if *needLoad {
+		if err := ks.Load(ctx, client, 0); err != nil {
+			return err
+		}
+		*needLoad = false
+		return nil
+	}
+	err := ks.watchOnce(ctx, client, bo)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		reloads.Inc()
+		ks.logger().Info("keyspace: watched revision was compacted; reloading",
+			"root", ks.Root, "revision", ks.Revision())
+		*needLoad = true
+		return nil
+	}
+	return err
+}
+
+// watchOnce runs one etcd watch from the revision after the mirror's,
+// applying its responses until it fails. It always returns an error.
+func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *backoff) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := client.Watch(wctx, ks.Root, clientv3.WithPrefix(),
+		clientv3.WithRev(ks.Revision()+1), clientv3.WithProgressNotify())
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		if ks.apply(&resp) {
+			// Ask for a progress notification, which lets the revision catch up
+			// with etcd's once the watch has caught up. Best effort.
+			_ = client.RequestProgress(wctx)
+		}
+		bo.reset()
+	}
+	return errWatchClosed
+}
+
+// apply applies one watch response as a single change and reports whether
+// etcd's revision is ahead of the mirror's afterwards.
+//
+// The mirror advances to the revision of the response's last event, not to
+// the response header's: while a watch catches up, etcd sends batches with
+// the header revision of the store even though later batches follow. Only a
+// progress notification vouches for its header revision.
+func (ks *KeySpace) apply(resp *clientv3.WatchResponse) bool {
+	cur := ks.Revision() // Only the watching goroutine changes it.
+	rev := cur
+	if resp.IsProgressNotify() {
+		rev = max(rev, resp.Header.Revision)
+	} else if n := len(resp.Events); n > 0 {
+		rev = max(rev, resp.Events[n-1].Kv.ModRevision)
+	}
+	cs := ks.changes(resp.Events, cur)
+	if rev > cur || len(cs) > 0 {
+		ks.mu.Lock()
+		kvs := ks.kvs
+		if len(cs) > 0 {
+			kvs = merge(kvs, cs)
+		}
+		ks.publish(kvs, rev)
+		ks.mu.Unlock()
+	}
+	return resp.Header.Revision > rev
+}
+
+// changes decodes the events after revision `after` into sorted, unique
+// changes. Keys outside Root never enter.
+func (ks *KeySpace) changes(events []*clientv3.Event, after int64) []change {
+	cs := make([]change, 0, len(events))
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		if ev.Kv.ModRevision <= after || !strings.HasPrefix(key, ks.Root) {
+			continue
+		}
+		c := change{key: key}
+		if ev.Type == clientv3.EventTypePut {
+			if d, ok := ks.decodeKV(ev.Kv); ok {
+				c.kv = &KeyValue{Raw: ev.Kv, Decoded: d}
+			}
+		}
+		cs = append(cs, c)
+	}
+	return sortChanges(cs)
+}
+
+// backoff is a capped exponential retry delay.
+type backoff struct{ d time.Duration }
+
+func (b *backoff) next() time.Duration {
+	b.d = min(max(2*b.d, minBackoff), maxBackoff)
+	return b.d
+}
+
+func (b *backoff) reset() { b.d = 0 }
