@@ -26,7 +26,7 @@ func newAllocatorCommand() *cobra.Command {
 		Use:   "allocator",
 		Short: "Inspect and plan the allocation of items to members",
 	}
-	cmd.AddCommand(newPlanCommand())
+	cmd.AddCommand(newPlanCommand(), newMemberCommand())
 	return cmd
 }
 

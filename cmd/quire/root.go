@@ -22,6 +22,8 @@ exactly once, with state that survives any machine. etcd coordinates both.
 Commands available in this build:
   quire allocator plan   show what the allocator would assign, for a scenario
                          file or a live fleet in etcd
+  quire allocator member join a fleet as a member holding items (drains on
+                         SIGTERM)
   quire version          print the version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/quire-dev/quire/allocator"
+)
+
+type memberFlags struct {
+	etcd, prefix, zone, suffix string
+	limit                      int
+	leaseTTL                   time.Duration
+}
+
+func newMemberCommand() *cobra.Command {
+	var f memberFlags
+	cmd := &cobra.Command{
+		Use:   "member --etcd ENDPOINTS --prefix PREFIX --zone ZONE --suffix SUFFIX --limit N",
+		Short: "Join a fleet as a member that holds items (its replicas are ready at once)",
+		Long: `Join the fleet under --prefix as member ZONE#SUFFIX and take part in
+allocation: the oldest member leads, solving and converging assignments.
+The member holds items without doing anything with them, which makes it a
+way to try the allocator on a live etcd, or to stand in for capacity.
+
+SIGTERM (or Ctrl-C) drains: the member's items move to other members, and
+it exits once it holds nothing. A second signal exits at once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMember(cmd.Context(), f)
+		},
+	}
+	cmd.Flags().StringVar(&f.etcd, "etcd", "http://127.0.0.1:2379", "comma-separated etcd endpoints")
+	cmd.Flags().StringVar(&f.prefix, "prefix", "", "the fleet's key prefix, ending in '/'")
+	cmd.Flags().StringVar(&f.zone, "zone", "", "the member's zone")
+	cmd.Flags().StringVar(&f.suffix, "suffix", "", "the member's name, unique within its zone")
+	cmd.Flags().IntVar(&f.limit, "limit", 1000, "most items the member holds")
+	cmd.Flags().DurationVar(&f.leaseTTL, "lease", 10*time.Second, "how long the member's keys outlive it if it dies")
+	return cmd
+}
+
+func (f memberFlags) validate() error {
+	if f.prefix == "" || !strings.HasSuffix(f.prefix, "/") {
+		return usagef("--prefix %q: want a key prefix ending in '/'", f.prefix)
+	}
+	if err := allocator.ValidateToken("--zone", f.zone, false); err != nil {
+		return usageError{err}
+	}
+	if err := allocator.ValidateToken("--suffix", f.suffix, false); err != nil {
+		return usageError{err}
+	}
+	if f.limit < 0 {
+		return usagef("--limit %d is negative", f.limit)
+	}
+	if f.leaseTTL < time.Second {
+		return usagef("--lease %s is under one second", f.leaseTTL)
+	}
+	return nil
+}
+
+func runMember(ctx context.Context, f memberFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(f.etcd, ","),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("connecting to etcd %s: %w", f.etcd, err)
+	}
+	defer client.Close()
+	ctx, drain, stop := drainSignals(ctx)
+	defer stop()
+	return allocator.Run(ctx, drain, allocator.MemberConfig{
+		Config:   allocator.Config{Client: client},
+		Root:     f.prefix,
+		Zone:     f.zone,
+		Suffix:   f.suffix,
+		Spec:     allocator.MemberSpec{Limit: f.limit},
+		LeaseTTL: f.leaseTTL,
+	})
+}
