@@ -47,22 +47,29 @@
 // # Priorities as phases
 //
 // Capacities encode the lower priorities; the solver starts tight and
-// relaxes them in five phases, each computing a maximum flow of its network
+// relaxes them in six phases, each computing a maximum flow of its network
 // starting from the previous phase's flow:
 //
 //	phase  zone-item capacity        member capacity
 //	1      even = ceil(R/Z_eff)      floor target
-//	2      even                      ceil target
-//	3      even                      Limit
-//	4      two-zone = R−1            Limit
-//	5      any = R                   Limit
+//	2      even                      round target
+//	3      even                      ceil target
+//	4      even                      Limit
+//	5      two-zone = R−1            Limit
+//	6      any = R                   Limit
 //
 // The two-zone level is R−1 when Z_eff ≥ 2 and R ≥ 2, so one zone cannot take
-// every replica; otherwise it is R. A member's targets are its share of the
-// desired slots D = Σ R in proportion to its limit: floor = ⌊D·Limit/ΣLimit⌋,
-// ceil = floor+1 if the division has a remainder, both capped at Limit (and
-// both Limit when D ≥ ΣLimit). A zone-item's capacity in a phase is never
-// below the flow seeded into it.
+// every replica; otherwise it is R. A zone-item's capacity in a phase is
+// never below the flow seeded into it, nor a member's below its seeded load.
+//
+// A member's targets are floor, nearest and ceiling of its share: its part,
+// in proportion to its limit, of its zone's expected load. A zone's expected
+// load is its part of D = Σ R in proportion to its total limit, clamped to
+// what the even spread allows it (every item puts ⌊R/Z_eff⌋ replicas in every
+// zone, and one more in R mod Z_eff of them) and rescaled to sum to D. Were
+// targets blind to zones, members of a small zone, which the spread forces
+// above the global average, would shed seeds on every solve that no other
+// member may take. When D reaches Σ Limit, every target is Limit.
 //
 // Because capacities only grow, each phase's flow is feasible for the next.
 // Flow placed in an early phase is rerouted later only along augmenting
@@ -70,26 +77,36 @@
 // the last network (priority 1), and as much flow as possible was placed
 // while the tighter spread and balance constraints held.
 //
+// Each phase runs in two stages. In the first, flow present when the stage
+// begins is frozen: a member may return only units that arrived during the
+// stage, so new flow can only take free room directly. The second stage lifts
+// the freeze, so that existing replicas move only when that still adds flow
+// (a minimum-cost flow would minimize moves exactly; freezing is the cheap
+// approximation, and it keeps, say, a joining member from setting off a chain
+// of swaps across zones).
+//
 // # Seeding
 //
 // Before phase 1 the flow is seeded with current assignments: each item keeps
 // its current members, in slot order, while the member can take items, the
 // item wants more replicas, the member's zone holds fewer than the two-zone
 // level of the item's replicas (spreading outranks keeping), and the member
-// is below its floor target. Seeds beyond the floor are dropped so that an
-// overloaded member sheds load to underloaded ones; if nothing else needs the
-// room, the dropped replica returns to its member in a later phase, because a
-// zone-item tries its item's current members before any other member, and
-// items that lost a seed are discharged first. Push-relabel then reroutes the
-// seeded flow only where a higher-priority constraint needs it, which keeps
-// churn minimal: a re-solve of a solution moves nothing, and losing a member
-// moves only its items.
+// is below its ceil target. Seeds beyond the target are dropped so that an
+// overloaded member sheds load to underloaded ones (a joining member fills up
+// this way); if nothing else needs the room, the dropped replica returns to
+// its member in a later phase, because a zone-item tries its item's current
+// members before any other member, and items that lost a seed are discharged
+// first. A balanced solution has every load within its targets, so a re-solve
+// keeps every seed; its flow is then maximum in every phase and nothing
+// moves. Losing a member moves only its items.
 //
 // # Push-relabel
 //
-// Each phase saturates the source's arcs, computes exact heights by a
+// Each stage saturates the source's arcs, computes exact heights by a
 // global relabel, then discharges active nodes in FIFO order until none
-// remain. Excess that cannot reach the sink flows back to the source: the
+// remain (a stage with no item short of replicas is skipped). A member
+// returns its newest unit first: the one that just arrived is the one to
+// bounce, not a replica it has long held. Excess that cannot reach the sink flows back to the source: the
 // global relabel gives such nodes height n plus their distance to the source.
 // The global relabel runs backwards from the sink over residual arcs; for the
 // implicit arcs each zone keeps a list of its unlabeled zone-items, and a

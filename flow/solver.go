@@ -1,6 +1,5 @@
 package flow
 
-
 // Solver solves Problems. Its zero value is ready to use. A Solver reuses its
 // buffers from one Solve to the next, so a long-lived Solver allocates little
 // beyond the Solution it returns. It is not safe for concurrent use.
@@ -54,8 +53,8 @@ type Solver struct {
 	// current phase, balance targets, and the items sending flow to the member
 	// (unordered; each entry is one unit of flow on an implicit arc).
 	lim, fT, capT, seedT []int32
-	floor, round, ceil     []int32
-	held                   [][]int32
+	floor, round, ceil   []int32
+	held                 [][]int32
 
 	// Push-relabel state per node: height, excess, current-arc position.
 	h, ex, cur []int32
@@ -124,13 +123,16 @@ const (
 	memberLimit                    // its limit
 )
 
+// phase is the pair of capacity levels of one phase.
+type phase struct {
+	zone   zoneLevel
+	member memberLevel
+}
+
 // phases relax the network one constraint at a time, most important
 // constraint (zone spread) last, so that each phase only adds flow that the
 // previous, stricter network could not carry.
-var phases = [...]struct {
-	zone   zoneLevel
-	member memberLevel
-}{
+var phases = [...]phase{
 	{zoneEven, memberFloor},
 	{zoneEven, memberRound},
 	{zoneEven, memberCeil},
@@ -295,14 +297,11 @@ func (s *Solver) seed() {
 	copy(s.seedT, s.fT)
 }
 
-// runPhase sets the capacities of phase ph, saturates the source arcs, and
-// discharges active nodes until none remain. On return the flow is a maximum
-// flow of the phase's network (excess that could not reach the sink has
-// returned to the source).
-func (s *Solver) runPhase(ph struct {
-	zone   zoneLevel
-	member memberLevel
-}) {
+// runPhase sets the capacities of phase ph and runs its two stages: first
+// with the flow present at the start frozen, then free. On return the flow
+// is a maximum flow of the phase's network (excess that could not reach the
+// sink has returned to the source).
+func (s *Solver) runPhase(ph phase) {
 	for i := int32(0); i < s.nItems; i++ {
 		c := s.zoneCap(s.rep[i], ph.zone)
 		for zi := i * s.nz; zi < (i+1)*s.nz; zi++ {
