@@ -15,7 +15,9 @@
 //     balance, see below) needs them to.
 //  3. Spread each item across zones: at least two zones whenever at least two
 //     zones have members that can take items and the item wants two replicas
-//     or more (this outranks keeping); all zones evenly when capacity allows.
+//     or more; all zones evenly when capacity allows. Spreading outranks
+//     keeping, as balance does: seeds beyond an item's even share of a zone
+//     are dropped, and come back only if the even spread cannot be met.
 //  4. Balance: loads proportional to limits; members with equal limits differ
 //     by at most one item where the constraints above allow.
 //

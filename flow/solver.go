@@ -266,7 +266,9 @@ func (s *Solver) setup() {
 
 // seed installs the feasible flow that keeps current assignments. A current
 // member is kept while it can take items, the item still wants replicas, the
-// zone is under the two-zone cap (spreading outranks keeping), and the member
+// zone is under the even cap (spreading outranks keeping: an item whose
+// replicas crowd into fewer zones than it could use moves one, as a member
+// over its share does), and the member
 // is under its ceil target (balance: a member over its share sheds the
 // excess seeds; they come back in later phases if nothing needs the room,
 // because zone-items try their current members first). A balanced solution
@@ -275,12 +277,12 @@ func (s *Solver) setup() {
 func (s *Solver) seed() {
 	for i := range s.p.Items {
 		r := s.rep[i]
-		two := s.zoneCap(r, zoneTwo)
+		even := s.zoneCap(r, zoneEven)
 		base := int32(i) * s.nz
 		lost := false
 		for _, m := range s.p.Items[i].Current {
 			z := s.zoneOf[m]
-			if z < 0 || s.nh[i] >= r || s.fZ[base+z] >= two || s.fT[m] >= s.ceil[m] {
+			if z < 0 || s.nh[i] >= r || s.fZ[base+z] >= even || s.fT[m] >= s.ceil[m] {
 				lost = lost || z >= 0 && r > 0
 				continue
 			}
