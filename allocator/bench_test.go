@@ -59,7 +59,7 @@ func newBenchFleet(b *testing.B) (*benchFleet, func()) {
 	go func() { defer wg.Done(); f.ks.Watch(ctx, client) }()
 	go func() {
 		defer wg.Done()
-		Allocate(ctx, Config{Client: client, KeySpace: f.ks, Member: leader, AfterRound: f.afterRound, Idle: f.onIdle})
+		Allocate(ctx, Config{Client: client, KeySpace: f.ks, Member: leader, AfterRound: f.afterRound, Idle: f.onIdle, Logger: testLogger})
 	}()
 	keepAlive, err := client.KeepAlive(ctx, f.lease)
 	if err != nil {
