@@ -39,6 +39,9 @@ type Config struct {
 	// MaxTxnOps bounds compares and operations per transaction; it must
 	// not exceed the etcd server's --max-txn-ops. Zero means 128.
 	MaxTxnOps int
+	// Parallel is the number of a round's transactions committed at once.
+	// Zero means 4.
+	Parallel int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// AfterRound, if set, is called by the leader after each committed
@@ -53,11 +56,14 @@ type Config struct {
 // Round describes a converge round committed by the leader.
 type Round struct {
 	Input    *State // the state the round was planned from
-	Revision int64  // of the round's last transaction
-	Txns     int
-	Added    int
-	Removed  int
-	Moved    int
+	Revision int64  // highest of the round's transactions
+	Txns     int    // transactions attempted
+	// Committed transactions; the others' compares failed (a concurrent
+	// change) and the counts below exclude them.
+	Committed int
+	Added     int
+	Removed   int
+	Moved     int
 	// Solved tells whether the round solved the placement problem again
 	// (its inputs changed), and Solve how long that took.
 	Solved bool
@@ -103,6 +109,9 @@ func newAllocator(cfg Config) (*allocator, error) {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = AllReady
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 4
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -193,26 +202,28 @@ func (a *allocator) round(ctx context.Context, s *State) (int64, error) {
 		}
 		return 0, nil
 	}
-	committed, rev, err := b.Commit(ctx)
+	res, err := b.Commit(ctx, a.Parallel)
 	if err != nil {
 		return 0, err
 	}
-	if committed < total {
+	assignmentsAdded.Add(float64(res.stats.added))
+	assignmentsRemoved.Add(float64(res.stats.removed))
+	assignmentsMoved.Add(float64(res.stats.moved))
+	if a.AfterRound != nil {
+		r.Revision, r.Txns, r.Committed = res.rev, total, res.committed
+		r.Added, r.Removed, r.Moved = res.stats.added, res.stats.removed, res.stats.moved
+		a.AfterRound(r)
+	}
+	if res.committed < total {
 		txnsFailed.Inc()
-		a.Logger.Debug("allocator transaction conflicted; recomputing", "committed", committed, "of", total, "revision", rev)
+		a.Logger.Debug("allocator transaction conflicted; recomputing",
+			"committed", res.committed, "of", total, "revision", res.rev)
 		return 0, errConflict
 	}
 	convergeRounds.Inc()
-	assignmentsAdded.Add(float64(c.stats.added))
-	assignmentsRemoved.Add(float64(c.stats.removed))
-	assignmentsMoved.Add(float64(c.stats.moved))
-	a.Logger.Debug("converge round", "revision", rev, "txns", total,
-		"added", c.stats.added, "removed", c.stats.removed, "moved", c.stats.moved)
-	if a.AfterRound != nil {
-		r.Revision, r.Txns = rev, total
-		r.Added, r.Removed, r.Moved = c.stats.added, c.stats.removed, c.stats.moved
-		a.AfterRound(r)
-	}
+	a.Logger.Debug("converge round", "revision", res.rev, "txns", total,
+		"added", res.stats.added, "removed", res.stats.removed, "moved", res.stats.moved)
+	rev := res.rev
 	return rev, nil
 }
 

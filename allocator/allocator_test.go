@@ -337,10 +337,11 @@ func TestStaleLeaderChangesNothing(t *testing.T) {
 	}
 	b := newBatch(client, 0, clientv3.Compare(clientv3.ModRevision(leader), "=", observed))
 	b.Then(clientv3.OpPut(AssignmentKey(root, "a", "z", "leader", 0), ""))
-	if err := b.Checkpoint(); err != nil {
+	if err := b.Checkpoint(roundStats{}); err != nil {
 		t.Fatal(err)
 	}
-	committed, _, err := b.Commit(ctx)
+	res, err := b.Commit(ctx, 1)
+	committed := res.committed
 	if err != nil || committed != 0 {
 		t.Fatalf("stale leader's round: committed %d, %v; want 0", committed, err)
 	}

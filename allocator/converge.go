@@ -13,9 +13,15 @@ type ReadyFunc func(a AssignmentKV, all []AssignmentKV) bool
 // AllReady is the ReadyFunc of fleets whose replicas are ready at once.
 func AllReady(AssignmentKV, []AssignmentKV) bool { return true }
 
-// roundStats counts the changes a round makes.
+// roundStats counts the changes of a round, or of a group of it.
 type roundStats struct {
 	added, removed, moved int
+}
+
+func (s *roundStats) add(o roundStats) {
+	s.added += o.added
+	s.removed += o.removed
+	s.moved += o.moved
 }
 
 // converger plans one converge round: the groups of checked operations
@@ -27,8 +33,8 @@ type converger struct {
 	initial string // value of a new assignment
 	b       *batch
 
-	pending []int // adds planned this round, by member
-	stats   roundStats
+	pending []int      // adds planned this round, by member
+	stats   roundStats // of the group being planned
 }
 
 func (c *converger) plan() error {
@@ -37,7 +43,8 @@ func (c *converger) plan() error {
 	c.s.groupByItem(func(id string, item int, as []AssignmentKV) {
 		if err == nil {
 			c.planItem(id, item, as)
-			err = c.b.Checkpoint()
+			err = c.b.Checkpoint(c.stats)
+			c.stats = roundStats{}
 		}
 	})
 	return err
@@ -51,6 +58,17 @@ func (c *converger) planItem(id string, item int, as []AssignmentKV) {
 	var want []int
 	if item >= 0 {
 		want = c.target[item]
+	}
+	if len(as) != 0 && as[0].Slot != 0 {
+		c.promote(as, want)
+	} else {
+		added := c.addMissing(id, as, want)
+		c.removeSurplus(as, want, item, added)
+	}
+	if len(c.b.ops) == 0 {
+		return // Nothing to change, so nothing to check.
+	}
+	if item >= 0 {
 		c.b.If(clientv3.Compare(clientv3.ModRevision(string(c.s.Items[item].KV.Key)), "=", c.s.Items[item].KV.ModRevision))
 	} else {
 		c.b.If(clientv3.Compare(clientv3.CreateRevision(ItemKey(c.s.Root, id)), "=", 0))
@@ -58,12 +76,6 @@ func (c *converger) planItem(id string, item int, as []AssignmentKV) {
 	for _, a := range as {
 		c.b.If(clientv3.Compare(clientv3.ModRevision(string(a.KV.Key)), "=", a.KV.ModRevision))
 	}
-	if len(as) != 0 && as[0].Slot != 0 {
-		c.promote(as, want)
-		return
-	}
-	added := c.addMissing(id, as, want)
-	c.removeSurplus(as, want, item, added)
 }
 
 // keep reports whether assignment i of as is wanted: its member is in want
@@ -140,8 +152,9 @@ func (c *converger) addMissing(id string, as []AssignmentKV, want []int) (added 
 // removeSurplus removes unwanted replicas while the item keeps at least
 // min(needed, ready now) ready replicas, where needed is its replication
 // bounded by what the solution could give it. An unwanted primary with
-// peers (existing, or added this round) is first handed off to a ready
-// wanted replica; in a following round it is a plain surplus replica.
+// peers (existing, or added this round) first hands the primary slot to a
+// ready wanted replica: in the same transaction that removes it, if it may
+// be removed; otherwise the two swap slots and it is removed later.
 func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int) {
 	needed := len(want)
 	if item >= 0 {
@@ -159,11 +172,18 @@ func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int
 			continue
 		}
 		isReady := c.ready(a, as)
+		removable := !isReady || ready-1 >= floor
 		if a.Slot == 0 && len(as)+added > 1 {
-			c.handOff(as, want, isReady)
-			continue
-		}
-		if isReady && ready-1 < floor {
+			h := c.heir(as, want, isReady)
+			if h < 0 {
+				continue // Wait for a replica able to take over.
+			}
+			c.move(as[h], 0)
+			if !removable {
+				c.move(a, as[h].Slot)
+				continue
+			}
+		} else if !removable {
 			continue
 		}
 		if isReady {
@@ -174,20 +194,23 @@ func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int
 	}
 }
 
-// handOff swaps the unwanted primary as[0] with a wanted replica: a ready
-// one, or if the primary is not ready itself, any wanted one.
-func (c *converger) handOff(as []AssignmentKV, want []int, primaryReady bool) {
-	for pass := 0; pass < 2; pass++ {
-		for i := 1; i < len(as); i++ {
-			if !keep(as, i, want) || (pass == 0 && !c.ready(as[i], as)) || (pass == 1 && primaryReady) {
-				continue
-			}
-			heir := as[i]
-			c.move(heir, 0)
-			c.move(as[0], heir.Slot)
-			return
+// heir picks the replica of as that takes over from the unwanted primary
+// as[0]: a wanted ready one or, if the primary is not ready itself, any
+// wanted one. It returns -1 if there is none.
+func (c *converger) heir(as []AssignmentKV, want []int, primaryReady bool) int {
+	fallback := -1
+	for i := 1; i < len(as); i++ {
+		if !keep(as, i, want) {
+			continue
+		}
+		if c.ready(as[i], as) {
+			return i
+		}
+		if fallback < 0 && !primaryReady {
+			fallback = i
 		}
 	}
+	return fallback
 }
 
 func leaseOpt(lease int64) clientv3.OpOption {

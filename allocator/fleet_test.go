@@ -224,6 +224,9 @@ func (f *fleet) afterRound(r Round) {
 	f.mu.Lock()
 	f.rounds++
 	f.mu.Unlock()
+	if r.Committed < r.Txns {
+		return // A conflicted round: its revision may not be the fleet's.
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := f.ks.WaitForRevision(ctx, r.Revision); err != nil {

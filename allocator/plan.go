@@ -108,6 +108,12 @@ func validateScenarioAssignments(as []ScenarioAssignment, members, items map[str
 // State builds the State of a valid scenario, as if its keys were in etcd
 // under root "" (member keys created in scenario order).
 func (sc *Scenario) State() *State {
+	kvs, rev := sc.keyValues()
+	return NewState("", kvs, rev)
+}
+
+// keyValues are the decoded keys of a scenario, sorted, and their revision.
+func (sc *Scenario) keyValues() (keyspace.KeyValues, int64) {
 	var kvs keyspace.KeyValues
 	add := func(key string, rev int64, v any) {
 		kvs = append(kvs, keyspace.KeyValue{
@@ -127,7 +133,7 @@ func (sc *Scenario) State() *State {
 			Assignment{Item: a.Item, Zone: a.Zone, Suffix: a.Suffix, Slot: a.Slot})
 	}
 	sort.Slice(kvs, func(i, j int) bool { return string(kvs[i].Raw.Key) < string(kvs[j].Raw.Key) })
-	return NewState("", kvs, int64(len(sc.Members)+1))
+	return kvs, int64(len(sc.Members) + 1)
 }
 
 // ScenarioOf describes a live fleet's state as a Scenario.

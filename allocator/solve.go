@@ -26,13 +26,18 @@ func (s *State) Problem() *flow.Problem {
 		p.Members[m] = flow.Member{Zone: z, Limit: s.limit(m)}
 	}
 	p.Zones = len(zones)
+	// Items' Current slices share one backing array, cut to capacity so an
+	// append by one cannot overwrite the next.
+	backing := make([]int, 0, len(s.Assignments))
 	for i, it := range s.Items {
 		p.Items[i].Replication = max(it.Value.DesiredReplication(), 0)
+		start := len(backing)
 		for _, a := range s.ItemAssignments(it.ID) {
-			if a.Member >= 0 && !contains(p.Items[i].Current, a.Member) {
-				p.Items[i].Current = append(p.Items[i].Current, a.Member)
+			if a.Member >= 0 && !contains(backing[start:], a.Member) {
+				backing = append(backing, a.Member)
 			}
 		}
+		p.Items[i].Current = backing[start:len(backing):len(backing)]
 	}
 	return p
 }

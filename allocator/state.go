@@ -24,9 +24,12 @@ type State struct {
 	// are no members.
 	Leader int
 
-	memberIndex map[string]int // "ZONE#SUFFIX" -> index in Members
-	itemIndex   map[string]int // ID -> index in Items
+	memberIndex map[memberName]int // index in Members
+	itemIndex   map[string]int     // ID -> index in Items
 }
+
+// memberName keys members by zone and suffix without building strings.
+type memberName struct{ zone, suffix string }
 
 // MemberKV is a member and its etcd key.
 type MemberKV struct {
@@ -54,17 +57,17 @@ func NewState(root string, kvs keyspace.KeyValues, rev int64) *State {
 		Root:        root,
 		Revision:    rev,
 		Leader:      -1,
-		memberIndex: make(map[string]int),
-		itemIndex:   make(map[string]int),
+		memberIndex: make(map[memberName]int),
 	}
-	for i := range kvs.Prefixed(root + MembersPrefix) {
-		kv := &kvs.Prefixed(root + MembersPrefix)[i]
+	for _, kv := range kvs.Prefixed(root + MembersPrefix) {
 		if m, ok := kv.Decoded.(Member); ok {
-			s.memberIndex[m.Zone+sep+m.Suffix] = len(s.Members)
+			s.memberIndex[memberName{m.Zone, m.Suffix}] = len(s.Members)
 			s.Members = append(s.Members, MemberKV{Member: m, KV: kv.Raw})
 		}
 	}
 	items := kvs.Prefixed(root + ItemsPrefix)
+	s.itemIndex = make(map[string]int, len(items))
+	s.Items = make([]ItemKV, 0, len(items))
 	for i := range items {
 		if it, ok := items[i].Decoded.(Item); ok {
 			s.itemIndex[it.ID] = len(s.Items)
@@ -78,12 +81,13 @@ func NewState(root string, kvs keyspace.KeyValues, rev int64) *State {
 
 func (s *State) indexAssignments(kvs keyspace.KeyValues) {
 	s.Load = make([]int, len(s.Members))
+	s.Assignments = make([]AssignmentKV, 0, len(kvs))
 	for i := range kvs {
 		a, ok := kvs[i].Decoded.(Assignment)
 		if !ok {
 			continue
 		}
-		m, ok := s.memberIndex[a.Zone+sep+a.Suffix]
+		m, ok := s.memberIndex[memberName{a.Zone, a.Suffix}]
 		if !ok {
 			m = -1
 		} else {
@@ -91,14 +95,20 @@ func (s *State) indexAssignments(kvs keyspace.KeyValues) {
 		}
 		s.Assignments = append(s.Assignments, AssignmentKV{Assignment: a, KV: kvs[i].Raw, Member: m})
 	}
-	// Keys sort slots as text ("10" < "2"); order each item's run by slot.
-	sort.SliceStable(s.Assignments, func(i, j int) bool {
-		a, b := s.Assignments[i], s.Assignments[j]
+	// Keys order slots as text ("10" < "2"), and IDs by the bytes after
+	// them; order by item, then slot, if they are not already.
+	less := func(a, b *AssignmentKV) bool {
 		if a.Item != b.Item {
 			return a.Item < b.Item
 		}
 		return a.Slot < b.Slot
-	})
+	}
+	for i := 1; i < len(s.Assignments); i++ {
+		if less(&s.Assignments[i], &s.Assignments[i-1]) {
+			sort.SliceStable(s.Assignments, func(i, j int) bool { return less(&s.Assignments[i], &s.Assignments[j]) })
+			break
+		}
+	}
 }
 
 func oldest(members []MemberKV) int {
@@ -113,7 +123,7 @@ func oldest(members []MemberKV) int {
 
 // MemberIndex returns the index of member ZONE#SUFFIX, or -1.
 func (s *State) MemberIndex(zone, suffix string) int {
-	if i, ok := s.memberIndex[zone+sep+suffix]; ok {
+	if i, ok := s.memberIndex[memberName{zone, suffix}]; ok {
 		return i
 	}
 	return -1

@@ -1,8 +1,10 @@
 package allocator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -27,17 +29,19 @@ type batch struct {
 	ops  []clientv3.Op
 
 	// The transaction being filled with whole groups.
-	txnCmps []clientv3.Cmp
-	txnOps  []clientv3.Op
-	seen    map[string]bool
+	txnCmps  []clientv3.Cmp
+	txnOps   []clientv3.Op
+	txnStats roundStats
+	seen     map[string]bool
 
 	// Transactions ready to commit, in order.
 	txns []pendingTxn
 }
 
 type pendingTxn struct {
-	cmps []clientv3.Cmp
-	ops  []clientv3.Op
+	cmps  []clientv3.Cmp
+	ops   []clientv3.Op
+	stats roundStats // of its groups
 }
 
 func newBatch(client *clientv3.Client, max int, common ...clientv3.Cmp) *batch {
@@ -52,6 +56,7 @@ func newBatch(client *clientv3.Client, max int, common ...clientv3.Cmp) *batch {
 func (b *batch) reset() {
 	b.txnCmps = append([]clientv3.Cmp(nil), b.common...)
 	b.txnOps = nil
+	b.txnStats = roundStats{}
 	b.seen = make(map[string]bool)
 	for _, c := range b.common {
 		b.seen[cmpKey(c)] = true
@@ -64,9 +69,9 @@ func (b *batch) If(cmps ...clientv3.Cmp) { b.cmps = append(b.cmps, cmps...) }
 // Then adds operations to the current group.
 func (b *batch) Then(ops ...clientv3.Op) { b.ops = append(b.ops, ops...) }
 
-// Checkpoint closes the current group, starting a new transaction first if
-// the group does not fit in the current one.
-func (b *batch) Checkpoint() error {
+// Checkpoint closes the current group, whose changes st counts, starting a
+// new transaction first if the group does not fit in the current one.
+func (b *batch) Checkpoint(st roundStats) error {
 	defer func() { b.cmps, b.ops = b.cmps[:0], b.ops[:0] }()
 	if len(b.ops) == 0 {
 		return nil
@@ -85,6 +90,7 @@ func (b *batch) Checkpoint() error {
 		}
 	}
 	b.txnOps = append(b.txnOps, b.ops...)
+	b.txnStats.add(st)
 	return nil
 }
 
@@ -103,28 +109,58 @@ func (b *batch) newCmps() []clientv3.Cmp {
 
 func (b *batch) flush() {
 	if len(b.txnOps) != 0 {
-		b.txns = append(b.txns, pendingTxn{cmps: b.txnCmps, ops: b.txnOps})
+		b.txns = append(b.txns, pendingTxn{cmps: b.txnCmps, ops: b.txnOps, stats: b.txnStats})
 	}
 	b.reset()
 }
 
-// Commit flushes and commits the transactions in order, stopping at the
-// first whose compares fail. It returns the number of transactions that
-// succeeded and the revision of the last one attempted (0 if none).
-func (b *batch) Commit(ctx context.Context) (committed int, rev int64, err error) {
+// commitResult reports the outcome of Commit.
+type commitResult struct {
+	committed int        // transactions that succeeded
+	stats     roundStats // of the groups of those transactions
+	rev       int64      // highest revision of the transactions attempted
+}
+
+// Commit flushes and commits the transactions, up to parallel at a time
+// (their groups are independent, so their order does not matter).
+// Transactions whose compares fail change nothing; the caller learns of
+// them from committed < Txns().
+func (b *batch) Commit(ctx context.Context, parallel int) (commitResult, error) {
 	b.flush()
-	for _, t := range b.txns {
-		resp, err := b.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
-		if err != nil {
-			return committed, rev, fmt.Errorf("committing allocator transaction of %d operations: %w", len(t.ops), err)
-		}
-		rev = resp.Header.Revision
-		if !resp.Succeeded {
-			return committed, rev, nil
-		}
-		committed++
+	parallel = max(1, min(parallel, len(b.txns)))
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		res  commitResult
+		err  error
+		next = make(chan pendingTxn)
+	)
+	for range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range next {
+				resp, txnErr := b.client.Txn(ctx).If(t.cmps...).Then(t.ops...).Commit()
+				mu.Lock()
+				if txnErr != nil {
+					err = cmp.Or(err, fmt.Errorf("committing allocator transaction of %d operations: %w", len(t.ops), txnErr))
+				} else {
+					res.rev = max(res.rev, resp.Header.Revision)
+					if resp.Succeeded {
+						res.committed++
+						res.stats.add(t.stats)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
 	}
-	return committed, rev, nil
+	for _, t := range b.txns {
+		next <- t
+	}
+	close(next)
+	wg.Wait()
+	return res, err
 }
 
 // Txns is the number of transactions built so far.

@@ -35,7 +35,7 @@ func TestBatchPacksWholeGroupsWithinLimits(t *testing.T) {
 				for o := range tc.ops {
 					b.Then(clientv3.OpDelete(fmt.Sprintf("g%d-o%d", g, o)))
 				}
-				err = b.Checkpoint()
+				err = b.Checkpoint(roundStats{})
 			}
 			if tc.wantErrSubstr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErrSubstr) {
@@ -75,7 +75,7 @@ func TestBatchDedupesSharedCompares(t *testing.T) {
 	for g := range 5 {
 		b.If(clientv3.Compare(clientv3.ModRevision("member"), "=", 7), clientv3.Compare(clientv3.ModRevision("leader"), "=", 1))
 		b.Then(clientv3.OpDelete(fmt.Sprint(g)))
-		if err := b.Checkpoint(); err != nil {
+		if err := b.Checkpoint(roundStats{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,11 +104,12 @@ func TestBatchCommitsAgainstServerLimit(t *testing.T) {
 		key := fmt.Sprintf("k%02d", g)
 		b.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
 		b.Then(clientv3.OpPut(key, "v"), clientv3.OpPut(key+"-2", "v"))
-		if err := b.Checkpoint(); err != nil {
+		if err := b.Checkpoint(roundStats{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	committed, _, err := b.Commit(ctx)
+	res, err := b.Commit(ctx, 1)
+	committed := res.committed
 	if err != nil {
 		t.Fatal(err)
 	}

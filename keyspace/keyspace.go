@@ -36,7 +36,9 @@ var (
 const (
 	defaultPageSize = 1000
 	minBackoff      = 100 * time.Millisecond
-	maxBackoff      = 5 * time.Second
+	// maxBatch bounds the watch responses applied as one change.
+	maxBatch   = 1024
+	maxBackoff = 5 * time.Second
 )
 
 // errWatchClosed reports a watch channel that closed without an error.
@@ -283,35 +285,57 @@ func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *
 	wch := client.Watch(wctx, ks.Root, clientv3.WithPrefix(),
 		clientv3.WithRev(ks.Revision()+1), clientv3.WithProgressNotify())
 	for resp := range wch {
-		if err := resp.Err(); err != nil {
-			return err
+		// Apply every response already waiting as one change: under a burst
+		// of writes this builds one new mirror instead of one per revision.
+		batch := []*clientv3.WatchResponse{&resp}
+		err := resp.Err()
+		for more := true; more && err == nil && len(batch) < maxBatch; {
+			select {
+			case next, ok := <-wch:
+				if !ok {
+					more = false
+					break
+				}
+				if err = next.Err(); err == nil {
+					batch = append(batch, &next)
+				}
+			default:
+				more = false
+			}
 		}
-		if ks.apply(&resp) {
+		if resp.Err() == nil && ks.apply(batch) {
 			// Ask for a progress notification, which lets the revision catch up
 			// with etcd's once the watch has caught up. Best effort.
 			_ = client.RequestProgress(wctx)
+		}
+		if err != nil {
+			return err
 		}
 		bo.reset()
 	}
 	return errWatchClosed
 }
 
-// apply applies one watch response as a single change and reports whether
-// etcd's revision is ahead of the mirror's afterwards.
+// apply applies a batch of consecutive watch responses as a single change
+// and reports whether etcd's revision is ahead of the mirror's afterwards.
 //
-// The mirror advances to the revision of the response's last event, not to
-// the response header's: while a watch catches up, etcd sends batches with
+// The mirror advances to the revision of the last event, not to a response
+// header's: while a watch catches up, etcd sends batches with
 // the header revision of the store even though later batches follow. Only a
 // progress notification vouches for its header revision.
-func (ks *KeySpace) apply(resp *clientv3.WatchResponse) bool {
+func (ks *KeySpace) apply(batch []*clientv3.WatchResponse) bool {
 	cur := ks.Revision() // Only the watching goroutine changes it.
 	rev := cur
-	if resp.IsProgressNotify() {
-		rev = max(rev, resp.Header.Revision)
-	} else if n := len(resp.Events); n > 0 {
-		rev = max(rev, resp.Events[n-1].Kv.ModRevision)
+	var events []*clientv3.Event
+	for _, resp := range batch {
+		if resp.IsProgressNotify() {
+			rev = max(rev, resp.Header.Revision)
+		} else if n := len(resp.Events); n > 0 {
+			rev = max(rev, resp.Events[n-1].Kv.ModRevision)
+		}
+		events = append(events, resp.Events...)
 	}
-	cs := ks.changes(resp.Events, cur)
+	cs := ks.changes(events, cur)
 	if rev > cur || len(cs) > 0 {
 		ks.mu.Lock()
 		kvs := ks.kvs
@@ -321,7 +345,7 @@ func (ks *KeySpace) apply(resp *clientv3.WatchResponse) bool {
 		ks.publish(kvs, rev)
 		ks.mu.Unlock()
 	}
-	return resp.Header.Revision > rev
+	return batch[len(batch)-1].Header.Revision > rev
 }
 
 // changes decodes the events after revision `after` into sorted, unique
