@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +15,55 @@ import (
 	"github.com/quire-dev/quire/internal/etcdtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
+func TestMain(m *testing.M) {
+	// The test binary doubles as the quire binary, so tests can check what
+	// a user sees: exit codes, stdout and stderr.
+	if os.Getenv("QUIRE_TEST_RUN_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(etcdtest.Main(m))
+}
+
+// runBinary runs quire as a process, returning stdout, stderr and the exit
+// code.
+func runBinary(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "QUIRE_TEST_RUN_MAIN=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+func TestBinaryExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("members: [{zone: z, suffix: m, itemLimit: -3}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runBinary(t, "allocator", "plan", "-f", bad)
+	if code != 2 || stdout != "" || !strings.Contains(stderr, "members[0]") || !strings.Contains(stderr, "-3") {
+		t.Errorf("bad scenario: exit %d, stdout %q, stderr %q; want 2, nothing, an error naming members[0] and -3", code, stdout, stderr)
+	}
+	stdout, _, code = runBinary(t, "allocator", "plan", "-f", "testdata/small.yaml", "-o", "json")
+	if code != 0 || !strings.Contains(stdout, `"assignments"`) {
+		t.Errorf("good scenario: exit %d, stdout %q", code, stdout)
+	}
+	if _, _, code = runBinary(t, "allocator", "plan", "-f", filepath.Join(dir, "missing.yaml")); code != 2 {
+		t.Errorf("missing scenario file: exit %d, want 2", code)
+	}
+	if stdout, _, code = runBinary(t); code != 0 || !strings.Contains(stdout, "allocator plan") {
+		t.Errorf("bare quire: exit %d, stdout %q; want 0 and the list of commands", code, stdout)
+	}
+}
 
 // run runs the quire command with args, returning stdout, and the error.
 func run(t *testing.T, args ...string) (string, error) {
