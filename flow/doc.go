@@ -91,9 +91,9 @@
 //
 // Before phase 1 the flow is seeded with current assignments: each item keeps
 // its current members, in slot order, while the member can take items, the
-// item wants more replicas, the member's zone holds fewer than the two-zone
-// level of the item's replicas (spreading outranks keeping), and the member
-// is below its ceil target. Seeds beyond the target are dropped so that an
+// item wants more replicas, the member's zone holds fewer than the even
+// level of the item's replicas (spreading outranks keeping, as balance
+// does), and the member is below its ceil target. Seeds beyond the target are dropped so that an
 // overloaded member sheds load to underloaded ones (a joining member fills up
 // this way); if nothing else needs the room, the dropped replica returns to
 // its member in a later phase, because a zone-item tries its item's current
@@ -108,8 +108,9 @@
 // global relabel, then discharges active nodes in FIFO order until none
 // remain (a stage with no item short of replicas is skipped). A member
 // returns its newest unit first: the one that just arrived is the one to
-// bounce, not a replica it has long held. Excess that cannot reach the sink flows back to the source: the
-// global relabel gives such nodes height n plus their distance to the source.
+// bounce, not a replica it has long held. Excess that cannot reach the sink
+// flows back to the source: the global relabel gives such nodes height n
+// plus their distance to the source.
 // The global relabel runs backwards from the sink over residual arcs; for the
 // implicit arcs each zone keeps a list of its unlabeled zone-items, and a
 // member's visit labels those of its zone that do not hold it, so the search
