@@ -262,6 +262,38 @@ func TestDrainShedsThenReturns(t *testing.T) {
 	assertReplicas(t, s, 2)
 }
 
+// A draining member whose items nobody can take keeps them (dropping them
+// would lower their readiness) until a member joins that can.
+func TestDrainWaitsForCapacity(t *testing.T) {
+	f := newFleet(t)
+	f.items(3, 1)
+	p := f.join("z1", "old", 10)
+	f.awaitConverged()
+	f.update("z1", "old", MemberSpec{Limit: 10, Exiting: true})
+	s := f.awaitIdle()
+	if got := loads(s)["z1/old"]; got != 3 {
+		t.Fatalf("draining member with nowhere to go holds %d, want 3", got)
+	}
+	select {
+	case err := <-p.done:
+		t.Fatalf("Allocate returned %v while the member held items", err)
+	default:
+	}
+	f.join("z1", "new", 10)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("drained Allocate returned %v, want nil", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("drain did not finish once capacity joined")
+	}
+	s = f.awaitConverged()
+	if got := loads(s)["z1/new"]; got != 3 {
+		t.Errorf("new member holds %d, want 3", got)
+	}
+}
+
 func TestSmallTransactionsStillConverge(t *testing.T) {
 	f := newFleet(t)
 	f.maxOps = 12

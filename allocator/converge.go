@@ -99,7 +99,7 @@ func (c *converger) promote(as []AssignmentKV, want []int) {
 	best, score := 0, -1
 	for i, a := range as {
 		s := 0
-		if c.ready(a, as) {
+		if c.isReady(a, as) {
 			s += 2
 		}
 		if keep(as, i, want) {
@@ -150,29 +150,36 @@ func (c *converger) addMissing(id string, as []AssignmentKV, want []int) (added 
 }
 
 // removeSurplus removes unwanted replicas while the item keeps at least
-// min(needed, ready now) ready replicas, where needed is its replication
-// bounded by what the solution could give it. An unwanted primary with
-// peers (existing, or added this round) first hands the primary slot to a
-// ready wanted replica: in the same transaction that removes it, if it may
-// be removed; otherwise the two swap slots and it is removed later.
+// min(needed, ready now) ready replicas. Needed is the item's replication,
+// bounded, except for replicas of exiting members, by what the solution
+// could give it: a replica dropped for want of capacity (a lowered limit or
+// replication, a deleted item) may go, but a draining member's replica goes
+// only once a replacement is ready. An unwanted primary with peers
+// (existing, or added this round) first hands the primary slot to a ready
+// wanted replica: in the same transaction that removes it, if it may be
+// removed; otherwise the two swap slots and it is removed later.
 func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int) {
-	needed := len(want)
+	replication := 0
 	if item >= 0 {
-		needed = min(needed, c.s.Items[item].Value.DesiredReplication())
+		replication = c.s.Items[item].Value.DesiredReplication()
 	}
-	readyNow := 0
+	ready := 0
 	for _, a := range as {
-		if c.ready(a, as) {
-			readyNow++
+		if c.isReady(a, as) {
+			ready++
 		}
 	}
-	floor, ready := min(needed, readyNow), readyNow
+	floor, exitingFloor := min(len(want), replication, ready), min(replication, ready)
 	for i, a := range as {
 		if keep(as, i, want) {
 			continue
 		}
-		isReady := c.ready(a, as)
-		removable := !isReady || ready-1 >= floor
+		isReady := c.isReady(a, as)
+		f := floor
+		if a.Member >= 0 && c.s.Members[a.Member].Value.IsExiting() {
+			f = exitingFloor
+		}
+		removable := !isReady || ready-1 >= f
 		if a.Slot == 0 && len(as)+added > 1 {
 			h := c.heir(as, want, isReady)
 			if h < 0 {
@@ -194,6 +201,12 @@ func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int
 	}
 }
 
+// isReady tells whether a is a ready replica: its member is live and the
+// owner says so.
+func (c *converger) isReady(a AssignmentKV, as []AssignmentKV) bool {
+	return a.Member >= 0 && c.ready(a, as)
+}
+
 // heir picks the replica of as that takes over from the unwanted primary
 // as[0]: a wanted ready one or, if the primary is not ready itself, any
 // wanted one. It returns -1 if there is none.
@@ -203,7 +216,7 @@ func (c *converger) heir(as []AssignmentKV, want []int, primaryReady bool) int {
 		if !keep(as, i, want) {
 			continue
 		}
-		if c.ready(as[i], as) {
+		if c.isReady(as[i], as) {
 			return i
 		}
 		if fallback < 0 && !primaryReady {

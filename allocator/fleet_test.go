@@ -32,6 +32,7 @@ type fleet struct {
 	mu         sync.Mutex
 	violations []string
 	lastRev    int64 // of the test's last change to the fleet
+	idle       chan *State
 	rounds     int
 	wg         sync.WaitGroup
 	cancel     context.CancelFunc
@@ -55,7 +56,8 @@ func testReady(a AssignmentKV, _ []AssignmentKV) bool { return string(a.KV.Value
 func newFleet(t *testing.T) *fleet {
 	client, root := etcdtest.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fleet{t: t, client: client, root: root, members: make(map[string]*process), cancel: cancel}
+	f := &fleet{t: t, client: client, root: root, members: make(map[string]*process), cancel: cancel,
+		idle: make(chan *State, 1)}
 	f.ks = keyspace.New(root, NewDecoder(root, Decoders{}))
 	if err := f.ks.Load(ctx, client, 0); err != nil {
 		t.Fatal(err)
@@ -170,7 +172,7 @@ func (f *fleet) join(zone, suffix string, limit int) *process {
 		defer f.wg.Done()
 		p.done <- Allocate(ctx, Config{
 			Client: f.client, KeySpace: ks, Member: key, Ready: testReady,
-			MaxTxnOps: f.maxOps, AfterRound: f.afterRound, Logger: testLogger,
+			MaxTxnOps: f.maxOps, AfterRound: f.afterRound, Idle: f.onIdle, Logger: testLogger,
 		})
 	}()
 	go func() {
@@ -263,6 +265,32 @@ func (f *fleet) afterRound(r Round) {
 	}
 }
 
+// onIdle keeps the latest state at which the leader found nothing to do.
+func (f *fleet) onIdle(s *State) {
+	select {
+	case <-f.idle:
+	default:
+	}
+	f.idle <- s
+}
+
+// awaitIdle waits until the leader finds nothing to do at a revision at
+// least that of the test's last change.
+func (f *fleet) awaitIdle() *State {
+	f.t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case s := <-f.idle:
+			if s.Revision >= f.lastRev {
+				return s
+			}
+		case <-deadline:
+			f.t.Fatalf("leader not idle at revision %d", f.lastRev)
+		}
+	}
+}
+
 // lostMembers tells whether a member of input is gone in output: its
 // lease expired after the round was planned, taking a primary with it.
 func lostMembers(input, output *State) bool {
@@ -302,7 +330,9 @@ func (f *fleet) check(prev, next *State) {
 
 // checkReadiness asserts that no item loses ready replicas to a removal by
 // the allocator (as opposed to a member vanishing) below what it had, or
-// what it needs.
+// what it needs: its replication, bounded by the members able to hold it —
+// unless the removed replica was a draining member's, which goes only once
+// replaced.
 func (f *fleet) checkReadiness(prev, next *State) {
 	eligible := 0
 	for m := range next.Members {
@@ -312,20 +342,23 @@ func (f *fleet) checkReadiness(prev, next *State) {
 	}
 	prev.groupByItem(func(id string, _ int, before []AssignmentKV) {
 		after := next.ItemAssignments(id)
-		removedByAllocator := false
+		removed, drained := false, false
 		for _, a := range before {
-			if next.MemberIndex(a.Zone, a.Suffix) >= 0 && !holds(after, next.MemberIndex(a.Zone, a.Suffix)) {
-				removedByAllocator = true
+			m := next.MemberIndex(a.Zone, a.Suffix)
+			if m >= 0 && !holds(after, m) {
+				removed = true
+				drained = drained || next.Members[m].Value.IsExiting()
 			}
 		}
-		if !removedByAllocator {
+		if !removed {
 			return
 		}
-		need := eligible
+		need := 0
 		if i := next.ItemIndex(id); i >= 0 {
-			need = min(need, next.Items[i].Value.DesiredReplication())
-		} else {
-			need = 0
+			need = next.Items[i].Value.DesiredReplication()
+		}
+		if !drained {
+			need = min(need, eligible)
 		}
 		rb, ra := countReady(before), countReady(after)
 		if ra < min(rb, need) {

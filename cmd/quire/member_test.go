@@ -32,6 +32,25 @@ func awaitLoad(t *testing.T, ks *keyspace.KeySpace, root, zone, suffix string, n
 	}
 }
 
+// awaitExiting waits until member zone#suffix is marked exiting.
+func awaitExiting(t *testing.T, ks *keyspace.KeySpace, root, zone, suffix string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		changed := ks.Changed()
+		kvs, rev := ks.Snapshot()
+		s := allocator.NewState(root, kvs, rev)
+		if m := s.MemberIndex(zone, suffix); m >= 0 && s.Members[m].Value.IsExiting() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("member %s#%s never marked exiting", zone, suffix)
+		}
+	}
+}
+
 func watchFleet(t *testing.T, client *clientv3.Client, root string) *keyspace.KeySpace {
 	ctx, cancel := context.WithCancel(context.Background())
 	ks := keyspace.New(root, allocator.NewDecoder(root, allocator.Decoders{}))
@@ -97,13 +116,16 @@ func TestMemberSecondSignalExitsAtOnce(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- runMember(ctx, flags) }()
 	awaitLoad(t, ks, root, "z1", "alone", 1)
-	// Alone, the member cannot drain: nobody can take its item.
+	// Alone, the member cannot drain: nobody can take its item, and
+	// dropping it would lower its readiness. It keeps it.
 	syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+	awaitExiting(t, ks, root, "z1", "alone")
 	select {
 	case err := <-done:
 		t.Fatalf("member exited (%v) while it still held an item", err)
-	case <-ks.Changed(): // Its exiting flag.
+	default:
 	}
+	awaitLoad(t, ks, root, "z1", "alone", 1)
 	syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
 	select {
 	case err := <-done:
