@@ -1,0 +1,202 @@
+package spool
+
+import (
+	"crypto/sha256"
+	"encoding"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Spool is a fragment being written on local disk. It is not safe for
+// concurrent use, except that ReadAt may be called concurrently with the
+// writing methods for committed content.
+type Spool struct {
+	Journal string
+	Begin   int64
+
+	content *os.File
+	commits *os.File
+
+	end       int64  // committed end offset
+	pending   int64  // end offset including pending content
+	registers string // as of the last commit
+	hash      hash.Hash
+	committed []byte // marshaled hash state at end
+	sum       [32]byte
+}
+
+// ErrClosed is returned by a Spool's methods after Close or Remove.
+var ErrClosed = errors.New("spool is closed")
+
+// Dir is the directory of journal's spools beneath root.
+func Dir(root, journal string) string {
+	return filepath.Join(root, url.PathEscape(journal))
+}
+
+func paths(root, journal string, begin int64) (content, commits string) {
+	base := filepath.Join(Dir(root, journal), fmt.Sprintf("%016x", begin))
+	return base + ".content", base + ".commits"
+}
+
+// Create starts an empty spool of journal at offset begin beneath root. A
+// spool of the same journal and begin must not exist.
+func Create(root, journal string, begin int64, registers string) (*Spool, error) {
+	if begin < 0 {
+		return nil, fmt.Errorf("creating spool of %s: begin offset %d is negative", journal, begin)
+	}
+	if err := os.MkdirAll(Dir(root, journal), 0o755); err != nil {
+		return nil, fmt.Errorf("creating spool directory: %w", err)
+	}
+	cp, lp := paths(root, journal, begin)
+	content, err := os.OpenFile(cp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("creating spool of %s at %d: %w", journal, begin, err)
+	}
+	commits, err := os.OpenFile(lp, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o644)
+	if err != nil {
+		content.Close()
+		os.Remove(cp)
+		return nil, fmt.Errorf("creating spool of %s at %d: %w", journal, begin, err)
+	}
+	s := &Spool{Journal: journal, Begin: begin, content: content, commits: commits,
+		end: begin, pending: begin, registers: registers, hash: sha256.New()}
+	if err := s.commit(); err != nil {
+		s.Remove()
+		return nil, err
+	}
+	return s, nil
+}
+
+// End is the committed end offset.
+func (s *Spool) End() int64 { return s.end }
+
+// Pending is the end offset including pending content.
+func (s *Spool) Pending() int64 { return s.pending }
+
+// Sum is the SHA-256 of the committed content.
+func (s *Spool) Sum() [32]byte { return s.sum }
+
+// Registers are the journal's registers as of the last commit.
+func (s *Spool) Registers() string { return s.registers }
+
+// Write appends pending content.
+func (s *Spool) Write(p []byte) (int, error) {
+	if s.content == nil {
+		return 0, ErrClosed
+	}
+	n, err := s.content.WriteAt(p, s.pending-s.Begin)
+	s.hash.Write(p[:n])
+	s.pending += int64(n)
+	if err != nil {
+		return n, fmt.Errorf("writing spool of %s at %d: %w", s.Journal, s.pending, err)
+	}
+	return n, nil
+}
+
+// Commit makes the pending content committed, with the journal's registers
+// after it. It does not sync; see Sync.
+func (s *Spool) Commit(registers string) error {
+	if s.content == nil {
+		return ErrClosed
+	}
+	s.registers = registers
+	return s.commit()
+}
+
+func (s *Spool) commit() error {
+	var sum [32]byte
+	s.hash.Sum(sum[:0])
+	rec := record{end: s.pending, sum: sum, registers: s.registers}
+	if _, err := s.commits.Write(rec.encode()); err != nil {
+		return fmt.Errorf("recording commit of %s at %d: %w", s.Journal, s.pending, err)
+	}
+	state, err := s.hash.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("saving spool hash state: %w", err)
+	}
+	s.end, s.sum, s.committed = s.pending, sum, state
+	return nil
+}
+
+// Rollback discards pending content.
+func (s *Spool) Rollback() error {
+	if s.content == nil {
+		return ErrClosed
+	}
+	if s.pending == s.end {
+		return nil
+	}
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(s.committed); err != nil {
+		return fmt.Errorf("restoring spool hash state: %w", err)
+	}
+	s.hash, s.pending = h, s.end
+	if err := s.content.Truncate(s.end - s.Begin); err != nil {
+		return fmt.Errorf("rolling back spool of %s to %d: %w", s.Journal, s.end, err)
+	}
+	return nil
+}
+
+// Sync flushes both files to stable storage.
+func (s *Spool) Sync() error {
+	if s.content == nil {
+		return ErrClosed
+	}
+	if err := s.content.Sync(); err != nil {
+		return fmt.Errorf("syncing spool of %s: %w", s.Journal, err)
+	}
+	if err := s.commits.Sync(); err != nil {
+		return fmt.Errorf("syncing spool commits of %s: %w", s.Journal, err)
+	}
+	return nil
+}
+
+// ReadAt reads committed content at journal offset off. It returns io.EOF
+// at the committed end. Callers must not read beyond End() as of their
+// call; content there may be pending.
+func (s *Spool) ReadAt(p []byte, off int64) (int, error) {
+	if off < s.Begin {
+		return 0, fmt.Errorf("reading spool of %s: offset %d is before its begin %d", s.Journal, off, s.Begin)
+	}
+	return s.content.ReadAt(p, off-s.Begin)
+}
+
+// Reader returns a reader of the committed content [Begin, End()).
+func (s *Spool) Reader() io.Reader {
+	return io.NewSectionReader(s.content, 0, s.end-s.Begin)
+}
+
+// Close closes the spool's files, keeping them on disk (to be recovered).
+func (s *Spool) Close() error {
+	if s.content == nil {
+		return ErrClosed
+	}
+	err := errors.Join(s.content.Close(), s.commits.Close())
+	s.content, s.commits = nil, nil
+	return err
+}
+
+// Remove closes and deletes the spool's files, once its content is
+// persisted.
+func (s *Spool) Remove() error {
+	if s.content == nil {
+		return ErrClosed
+	}
+	cp, lp := s.content.Name(), s.commits.Name()
+	err := s.Close()
+	return errors.Join(err, os.Remove(cp), os.Remove(lp))
+}
+
+func parseBegin(name, ext string) (int64, bool) {
+	if len(name) != 16+len(ext) || filepath.Ext(name) != ext {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(name[:16], 16, 63)
+	return int64(v), err == nil
+}
