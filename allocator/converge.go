@@ -149,15 +149,22 @@ func (c *converger) addMissing(id string, as []AssignmentKV, want []int) (added 
 	return added
 }
 
-// removeSurplus removes unwanted replicas while the item keeps at least
-// min(needed, ready now) ready replicas. Needed is the item's replication,
-// bounded, except for replicas of exiting members, by what the solution
-// could give it: a replica dropped for want of capacity (a lowered limit or
-// replication, a deleted item) may go, but a draining member's replica goes
-// only once a replacement is ready. An unwanted primary with peers
-// (existing, or added this round) first hands the primary slot to a ready
-// wanted replica: in the same transaction that removes it, if it may be
-// removed; otherwise the two swap slots and it is removed later.
+// removeSurplus removes unwanted replicas, each only if the item keeps at
+// least `needed` ready replicas without it. Needed is the item's
+// replication bounded by what the solution could give it, so that a
+// replica dropped for want of capacity (a lowered limit or replication, a
+// deleted item) may go once the rest are ready; a draining member's
+// replica, though, goes only once the item has its full replication ready
+// without it. Replicas of members that are gone hold nothing and always
+// go. An unwanted primary with peers (existing, or added this round) first
+// hands the primary slot to a ready wanted replica: in the same
+// transaction that removes it, if it may be removed; otherwise the two
+// swap slots and it is removed later.
+//
+// Readiness is counted, not assumed from the replica being removed: an
+// owner may count every replica unready while a route changes (brokers
+// do), and removing one then would lose the copy a new replica has yet to
+// catch up from.
 func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int) {
 	replication := 0
 	if item >= 0 {
@@ -169,17 +176,20 @@ func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int
 			ready++
 		}
 	}
-	floor, exitingFloor := min(len(want), replication, ready), min(replication, ready)
 	for i, a := range as {
 		if keep(as, i, want) {
 			continue
 		}
 		isReady := c.isReady(a, as)
-		f := floor
+		need := min(len(want), replication)
 		if a.Member >= 0 && c.s.Members[a.Member].Value.IsExiting() {
-			f = exitingFloor
+			need = replication
 		}
-		removable := !isReady || ready-1 >= f
+		after := ready
+		if isReady {
+			after--
+		}
+		removable := a.Member < 0 || after >= need
 		if a.Slot == 0 && len(as)+added > 1 {
 			h := c.heir(as, want, isReady)
 			if h < 0 {
@@ -193,9 +203,7 @@ func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int
 		} else if !removable {
 			continue
 		}
-		if isReady {
-			ready--
-		}
+		ready = after
 		c.b.Then(clientv3.OpDelete(string(a.KV.Key)))
 		c.stats.removed++
 	}

@@ -1,0 +1,50 @@
+// Package broker serves journals: it is the process that holds journals'
+// replicas, sequences their appends, replicates them, and serves reads.
+//
+// # Routes
+//
+// Brokers are allocator members of the brokers' fleet; journals are its
+// items. A journal's route is the list of brokers assigned to it, in slot
+// order: the primary first. Every broker mirrors the fleet's keyspace and
+// resolves routes from it, so any broker can serve any request, proxying it
+// to the right broker: appends to the primary, reads to a replica.
+//
+// # Appends and the pipeline
+//
+// Only the primary assigns offsets (invariant: one sequencer). It holds a
+// pipeline: one Replicate stream to each other replica of the current
+// route. Every replica keeps a spool — the journal's current fragment on
+// local disk (package spool). Building the pipeline synchronizes spools:
+// the primary proposes its spool; a replica holding a different one answers
+// with it, and the primary rolls every replica to a new, empty spool at the
+// greatest end offset any of them (or the fragment stores) knows, so no
+// offset is ever written twice.
+//
+// An append streams its content down the pipeline as pending content,
+// then proposes a commit: the spool's new end and SHA-256, and the
+// journal's registers after the append. Each replica commits and
+// acknowledges; only when all have is the append acknowledged to the
+// client with its offset range (invariant: acknowledged is durable). A
+// failure anywhere rolls pending content back and tears the pipeline down;
+// the next append builds a new one.
+//
+// A route change fences pipelines: each replica's route context is
+// cancelled when its route changes, ending any pipeline stream built on the
+// old route, and a replica accepts a pipeline only if its header's route
+// equals its own view at (or after) the header's etcd revision.
+//
+// Once a pipeline is synchronized on a route, the primary writes that route
+// into each replica's assignment value: the allocator counts a replica as
+// ready only while its assignment holds the current route.
+//
+// # Fragments
+//
+// A spool rolls when it reaches the journal's target fragment length, or
+// at a flush-interval boundary, and the rolled spool is persisted to the
+// journal's first fragment store by the persister, then deleted locally.
+// Each replica keeps an index of the journal's fragments: its spools and
+// the stores' listings, refreshed periodically, so a broker restarted with
+// an empty disk serves old offsets from the store. A broker restarted on
+// its old disk first recovers its spools (see spool.Recover) and persists
+// them: even at replication 1, a killed broker loses no acknowledged byte.
+package broker
