@@ -1,0 +1,114 @@
+package fragment
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestValidateURL(t *testing.T) {
+	for _, u := range []string{
+		"file:///",
+		"file:///var/lib/quire/fragments/",
+		"s3://bucket/",
+		"s3://bucket",
+		"s3://my.bucket-1/",
+		"s3://bucket/prefix/",
+		"s3://bucket/a/b.c/d_e-f/",
+		"s3://bucket/?endpoint=127.0.0.1:8333",
+		"s3://bucket/?endpoint=[::1]:8333&region=us-east-1&insecure=true",
+		"s3://bucket/p/?endpoint=minio.internal&insecure=false",
+		"s3://bucket/?region=eu-west-3",
+	} {
+		if err := ValidateURL(u); err != nil {
+			t.Errorf("ValidateURL(%q) = %v", u, err)
+		}
+	}
+}
+
+func TestValidateURLErrors(t *testing.T) {
+	for _, tc := range []struct {
+		url, want string // want is a substring of the error.
+	}{
+		{"", "store URL is empty"},
+		{"file:///" + strings.Repeat("a", MaxURLLen), "maximum is 2048"},
+		{"/var/lib/quire/", "has no scheme"},
+		{"gs://bucket/", `scheme "gs" is not file or s3`},
+		{"file:relative/", "is not of the form file://"},
+		{"s3://user:pass@bucket/", "has user information"},
+		{"s3://bucket/#x", "has a #fragment"},
+		{"file:///a%20b/", "has %-escapes"},
+		{":", "not a URL"},
+		{"file://host/path/", `has host "host"`},
+		{"file:///path", `path "/path" does not end in "/"`},
+		{"file:///a/../b/", `path "/a/../b/" is not clean (want "/b/")`},
+		{"file:///a//b/", "is not clean"},
+		{"file:///a/?x=1", "file stores take no parameters"},
+		{"file:///a/?", "file stores take no parameters"},
+		{"file://", `path "" is not absolute`},
+		{"s3://", "has no bucket"},
+		{"s3:///prefix/", "has no bucket"},
+		{"s3://b/", `bucket "b" is 1 characters long`},
+		{"s3://Bucket/", `bucket "Bucket" has invalid character 'B'`},
+		{"s3://bucket_1/", `has invalid character '_'`},
+		{"s3://-bucket/", "must begin and end with a letter or digit"},
+		{"s3://bucket:9000/", `bucket "bucket:9000" has a port`},
+		{"s3://bucket/prefix", `prefix "/prefix" does not end in "/"`},
+		{"s3://bucket/a//b/", "empty, \".\" or \"..\" segment"},
+		{"s3://bucket/a/../", "empty, \".\" or \"..\" segment"},
+		{"s3://bucket/a b/", `path "/a b/" has characters that need escaping`},
+		{"file:///a b/", `path "/a b/" has characters that need escaping`},
+		{"s3://bucket/a:b/", `prefix "a:b" has invalid character ':'`},
+		{"s3://bucket/?endpoint=", `endpoint "": is empty`},
+		{"s3://bucket/?endpoint=http://host:9000", `endpoint "http://host:9000"`},
+		{"s3://bucket/?endpoint=host:0", `port "0" is not a number in 1-65535`},
+		{"s3://bucket/?endpoint=host:99999", `port "99999"`},
+		{"s3://bucket/?endpoint=:9000", `host "" is not a host name`},
+		{"s3://bucket/?region=US", `region "US" is not lowercase`},
+		{"s3://bucket/?insecure=maybe", `insecure "maybe" is not a boolean`},
+		{"s3://bucket/?region=a&region=b", `query parameter "region" is given 2 times`},
+		{"s3://bucket/?secret=x", `query parameter "secret" is unknown`},
+		{"s3://bucket/?a;b", "query"},
+	} {
+		err := ValidateURL(tc.url)
+		if err == nil {
+			t.Errorf("ValidateURL(%q) succeeded, want error containing %q", tc.url, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ValidateURL(%q) = %q, want error containing %q", tc.url, err, tc.want)
+		}
+		if _, oerr := Open(context.Background(), tc.url); oerr == nil || oerr.Error() != err.Error() {
+			t.Errorf("Open(%q) = %v, want %v", tc.url, oerr, err)
+		}
+	}
+}
+
+// TestCanonicalURL checks that a store's URL is canonical and opens the
+// same store.
+func TestCanonicalURL(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ in, want string }{
+		{"file://" + dir + "/", "file://" + dir + "/"},
+		{"s3://bucket", "s3://bucket/"},
+		{"s3://bucket/", "s3://bucket/"},
+		{"s3://bucket/a/b/", "s3://bucket/a/b/"},
+		{"s3://bucket/p/?region=us-east-1&insecure=true&endpoint=127.0.0.1:9", "s3://bucket/p/?endpoint=127.0.0.1:9&insecure=true&region=us-east-1"},
+		{"s3://bucket/?insecure=false", "s3://bucket/"},
+		{"s3://bucket/?insecure=1", "s3://bucket/?insecure=true"},
+		{"s3://bucket/?endpoint=[::1]:9000", "s3://bucket/?endpoint=[::1]:9000"},
+	} {
+		// Opening an S3 store makes no request, so these need no server.
+		s, err := Open(context.Background(), tc.in)
+		if err != nil {
+			t.Errorf("Open(%q): %v", tc.in, err)
+			continue
+		}
+		if got := s.URL(); got != tc.want {
+			t.Errorf("Open(%q).URL() = %q, want %q", tc.in, got, tc.want)
+		}
+		if err := ValidateURL(s.URL()); err != nil {
+			t.Errorf("ValidateURL(%q) = %v", s.URL(), err)
+		}
+	}
+}
