@@ -27,7 +27,9 @@ type Config struct {
 	// Client is the etcd client used for the leader's transactions.
 	Client *clientv3.Client
 	// KeySpace mirrors the fleet's root, with the decoder of NewDecoder.
-	// The caller loads it and keeps it watching.
+	// The caller loads it and keeps it watching; it must already reflect
+	// the member's announcement (wait for the Announcement's Revision), or
+	// Allocate returns ErrMemberGone at once.
 	KeySpace *keyspace.KeySpace
 	// Member is this process's member key, as returned by MemberKey and
 	// announced with Announce.

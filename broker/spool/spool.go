@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 )
 
 // Spool is a fragment being written on local disk. It is not safe for
@@ -29,6 +30,7 @@ type Spool struct {
 	hash      hash.Hash
 	committed []byte // marshaled hash state at end
 	sum       [32]byte
+	created   time.Time
 }
 
 // ErrClosed is returned by a Spool's methods after Close or Remove.
@@ -65,13 +67,16 @@ func Create(root, journal string, begin int64, registers string) (*Spool, error)
 		return nil, fmt.Errorf("creating spool of %s at %d: %w", journal, begin, err)
 	}
 	s := &Spool{Journal: journal, Begin: begin, content: content, commits: commits,
-		end: begin, pending: begin, registers: registers, hash: sha256.New()}
+		end: begin, pending: begin, registers: registers, hash: sha256.New(), created: time.Now()}
 	if err := s.commit(); err != nil {
 		s.Remove()
 		return nil, err
 	}
 	return s, nil
 }
+
+// Created is when the spool was created.
+func (s *Spool) Created() time.Time { return s.created }
 
 // End is the committed end offset.
 func (s *Spool) End() int64 { return s.end }
@@ -81,6 +86,13 @@ func (s *Spool) Pending() int64 { return s.pending }
 
 // Sum is the SHA-256 of the committed content.
 func (s *Spool) Sum() [32]byte { return s.sum }
+
+// PendingSum is the SHA-256 of the content through Pending().
+func (s *Spool) PendingSum() [32]byte {
+	var sum [32]byte
+	s.hash.Sum(sum[:0])
+	return sum
+}
 
 // Registers are the journal's registers as of the last commit.
 func (s *Spool) Registers() string { return s.registers }

@@ -1,0 +1,237 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quire-dev/quire/labels"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// Append appends to a journal: at its primary, through the pipeline; at
+// any other broker, by proxying to the primary.
+func (s *Server) Append(stream protocol.Journal_AppendServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if err := first.Validate(); err != nil {
+		return protocol.InvalidArgument(err)
+	}
+	ctx := stream.Context()
+	s.awaitRevision(ctx, first.Header.GetRevision())
+	spec, route, r := s.resolver.resolve(first.Journal)
+	hdr := s.header(route)
+	switch {
+	case spec == nil:
+		return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_JOURNAL_NOT_FOUND, Header: hdr})
+	case len(route.GetMembers()) == 0:
+		return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr})
+	case r == nil || indexOf(route, s.id) != 0:
+		if first.DoNotProxy {
+			return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NOT_PRIMARY, Header: hdr})
+		}
+		return s.proxyAppend(stream, first, route)
+	}
+	resp, err := r.append(ctx, stream, first)
+	if err != nil {
+		appendErrors.Inc()
+		if errors.Is(err, errPipeline) {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+		return err
+	}
+	resp.Header = hdr
+	return stream.SendAndClose(resp)
+}
+
+// proxyAppend forwards an append to the route's primary.
+func (s *Server) proxyAppend(stream protocol.Journal_AppendServer, first *protocol.AppendRequest, route *protocol.Route) error {
+	conn, err := s.conns.get(route.Endpoints[0])
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	out, err := protocol.NewJournalClient(conn).Append(ctx)
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	first.Header, first.DoNotProxy = s.header(route), true
+	for req := first; ; {
+		if err := out.Send(req); err != nil {
+			break // The primary's answer says why.
+		}
+		if req != first && len(req.Content) == 0 {
+			break
+		}
+		if req, err = stream.Recv(); err != nil {
+			return err // Our client went away: cancelling aborts the append.
+		}
+	}
+	resp, err := out.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(resp)
+}
+
+// append runs an append at the primary.
+func (r *replica) append(ctx context.Context, stream protocol.Journal_AppendServer, first *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+	if err := r.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer r.release()
+	spec, _, _ := r.view()
+	if spec.GetAccess() == protocol.Access_READ_ONLY {
+		return &protocol.AppendResponse{Status: protocol.Status_NOT_ALLOWED}, nil
+	}
+	p, err := r.pipelineWithRetry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if resp := r.checkAppend(first); resp != nil {
+		return resp, nil
+	}
+	if shouldRoll(spec, r.spool(), time.Now()) {
+		if err := r.rollPipeline(p, r.spool().End()); err != nil {
+			r.dropPipeline()
+			return nil, err
+		}
+	}
+	resp, err := r.appendContent(stream, p, first)
+	if err != nil {
+		r.spool().Rollback()
+		r.dropPipeline()
+	}
+	return resp, err
+}
+
+// pipelineWithRetry builds the pipeline, retrying transient failures
+// (peers still learning the route) for a few seconds.
+func (r *replica) pipelineWithRetry(ctx context.Context) (*pipeline, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for attempt := 0; ; attempt++ {
+		p, err := r.ensurePipeline(ctx)
+		if err == nil || !errors.Is(err, errPipeline) || time.Now().After(deadline) {
+			return p, err
+		}
+		if !sleepCtx(ctx, backoff(attempt)) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// checkAppend checks the append's conditions against the write head and
+// registers, returning the refusal if they fail.
+func (r *replica) checkAppend(first *protocol.AppendRequest) *protocol.AppendResponse {
+	if first.Offset != nil && *first.Offset != r.spool().End() {
+		return &protocol.AppendResponse{Status: protocol.Status_WRONG_APPEND_OFFSET,
+			Commit: &protocol.Fragment{Journal: r.journal, Begin: r.spool().End(), End: r.spool().End()}}
+	}
+	if first.CheckRegisters != "" {
+		sel, err := labels.ParseSelector(first.CheckRegisters)
+		if err != nil || !sel.Matches(r.registers) {
+			return &protocol.AppendResponse{Status: protocol.Status_REGISTER_MISMATCH,
+				Registers: protocol.ProtoLabels(r.registers)}
+		}
+	}
+	return nil
+}
+
+// rollPipeline rolls every replica to an empty spool at offset at.
+func (r *replica) rollPipeline(p *pipeline, at int64) error {
+	if err := r.roll(at); err != nil {
+		return err
+	}
+	return p.exchange(&protocol.ReplicateRequest{
+		Proposal:  &protocol.Fragment{Journal: r.journal, Begin: at, End: at, Sum: emptySum[:]},
+		Registers: protocol.ProtoLabels(r.registers),
+	})
+}
+
+// appendContent streams the client's content down the pipeline and commits
+// it once every replica has it.
+func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipeline, first *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+	s := r.spool()
+	begin := s.End()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			err = errors.New("append stream ended without a commit; nothing was appended")
+		}
+		if err != nil {
+			r.abort(p)
+			return nil, status.Error(codes.Canceled, err.Error())
+		}
+		if len(req.Content) == 0 {
+			break
+		}
+		delta := s.Pending() - s.End()
+		if _, err := s.Write(req.Content); err != nil {
+			return nil, err
+		}
+		if err := p.send(&protocol.ReplicateRequest{Content: req.Content, ContentDelta: delta}); err != nil {
+			return nil, err
+		}
+	}
+	registers := r.registers.Union(protocol.LabelsOf(first.UnionRegisters)).Subtract(protocol.LabelsOf(first.SubtractRegisters))
+	if err := r.commit(p, registers); err != nil {
+		return nil, err
+	}
+	appendsCommitted.Inc()
+	bytesAppended.Add(float64(s.End() - begin))
+	return &protocol.AppendResponse{
+		Status:    protocol.Status_OK,
+		Commit:    &protocol.Fragment{Journal: r.journal, Begin: begin, End: s.End()},
+		Registers: protocol.ProtoLabels(registers),
+	}, nil
+}
+
+// commit proposes the pending content to every peer, commits it locally
+// meanwhile, and returns once every peer has acknowledged it.
+func (r *replica) commit(p *pipeline, registers labels.Set) error {
+	s := r.spool()
+	req := &protocol.ReplicateRequest{Proposal: fragmentOf(s, true),
+		Registers: protocol.ProtoLabels(registers), Acknowledge: true}
+	if err := p.send(req); err != nil {
+		return err
+	}
+	if err := s.Commit(registers.String()); err != nil {
+		return err
+	}
+	if err := r.maybeSync(); err != nil {
+		return err
+	}
+	resps, err := p.recv()
+	if err != nil {
+		return err
+	}
+	for i, resp := range resps {
+		if resp.Status != protocol.Status_OK {
+			return fmt.Errorf("%w: %s answered %s to a commit", errPipeline, p.route.Endpoints[i+1], resp.Status)
+		}
+	}
+	r.registers = registers
+	r.committed()
+	return nil
+}
+
+// abort rolls pending content back on every replica.
+func (r *replica) abort(p *pipeline) {
+	s := r.spool()
+	s.Rollback()
+	if err := p.exchange(&protocol.ReplicateRequest{Proposal: fragmentOf(s, false),
+		Registers: protocol.ProtoLabels(r.registers)}); err != nil {
+		r.dropPipeline()
+	}
+}

@@ -1,0 +1,173 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/quire-dev/quire/broker/spool"
+	"github.com/quire-dev/quire/fragment"
+)
+
+// entry is a fragment of a journal and where its content can be read: a
+// rolled spool awaiting persistence, a spool recovered at start, or a
+// store.
+type entry struct {
+	frag  fragment.Fragment
+	spool *spool.Spool
+	rec   *spool.Recovered
+}
+
+func (e entry) local() bool { return e.spool != nil || e.rec != nil }
+
+// open returns a reader of the entry's content from offset to its end.
+func (e entry) open(ctx context.Context, store fragment.Store, offset int64) (io.ReadCloser, error) {
+	n := e.frag.End - offset
+	switch {
+	case e.spool != nil:
+		return io.NopCloser(io.NewSectionReader(spoolReaderAt{e.spool}, offset, n)), nil
+	case e.rec != nil:
+		rc, err := e.rec.Reader()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := io.CopyN(io.Discard, rc, offset-e.frag.Begin); err != nil {
+			rc.Close()
+			return nil, fmt.Errorf("seeking recovered spool %s: %w", e.rec.Path(), err)
+		}
+		return rc, nil
+	}
+	if store == nil {
+		return nil, fmt.Errorf("fragment %s: store %q is not available", e.frag.Name(), e.frag.Store)
+	}
+	rc, err := store.Open(ctx, e.frag)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.CopyN(io.Discard, rc, offset-e.frag.Begin); err != nil {
+		rc.Close()
+		return nil, fmt.Errorf("seeking fragment %s to %d: %w", e.frag.Name(), offset, err)
+	}
+	return rc, nil
+}
+
+// spoolReaderAt reads a spool with offsets relative to its begin.
+type spoolReaderAt struct{ s *spool.Spool }
+
+func (r spoolReaderAt) ReadAt(p []byte, off int64) (int, error) { return r.s.ReadAt(p, off) }
+
+// index is a journal's fragments other than the current spool: local ones
+// awaiting persistence, and those listed from its stores.
+type index struct {
+	mu      sync.Mutex
+	entries []entry // sorted by begin, then end
+	loaded  chan struct{}
+	once    sync.Once
+	changed chan struct{}
+}
+
+func newIndex() *index {
+	return &index{loaded: make(chan struct{}), changed: make(chan struct{})}
+}
+
+// markLoaded records that the stores have been listed once.
+func (ix *index) markLoaded() { ix.once.Do(func() { close(ix.loaded) }) }
+
+// addLocal indexes a local fragment.
+func (ix *index) addLocal(e entry) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.entries = append(ix.entries, e)
+	ix.sortAndNotify()
+}
+
+// persisted replaces the local entry of f by its stored form.
+func (ix *index) persisted(f fragment.Fragment) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := ix.entries[:0]
+	for _, e := range ix.entries {
+		if !(e.local() && e.frag.Begin == f.Begin && e.frag.End == f.End && e.frag.Sum == f.Sum) {
+			out = append(out, e)
+		}
+	}
+	ix.entries = append(out, entry{frag: f})
+	ix.sortAndNotify()
+}
+
+// replaceStored replaces the stored entries by a fresh listing, keeping
+// local ones.
+func (ix *index) replaceStored(listed []fragment.Fragment) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := ix.entries[:0]
+	for _, e := range ix.entries {
+		if e.local() {
+			out = append(out, e)
+		}
+	}
+	for _, f := range listed {
+		out = append(out, entry{frag: f})
+	}
+	ix.entries = out
+	ix.sortAndNotify()
+}
+
+func (ix *index) sortAndNotify() {
+	sort.SliceStable(ix.entries, func(i, j int) bool {
+		a, b := ix.entries[i].frag, ix.entries[j].frag
+		if a.Begin != b.Begin {
+			return a.Begin < b.Begin
+		}
+		return a.End < b.End
+	})
+	close(ix.changed)
+	ix.changed = make(chan struct{})
+}
+
+// end is the greatest end offset indexed.
+func (ix *index) end() int64 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var end int64
+	for _, e := range ix.entries {
+		end = max(end, e.frag.End)
+	}
+	return end
+}
+
+// query finds the entry to read offset from: of those covering it, the one
+// reaching furthest, local first. Otherwise it returns the begin of the
+// first entry after offset (a gap to jump), or -1, and a channel closed
+// when the index changes.
+func (ix *index) query(offset int64) (e entry, ok bool, next int64, changed <-chan struct{}) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	next = -1
+	for _, c := range ix.entries {
+		switch {
+		case c.frag.Begin <= offset && offset < c.frag.End:
+			if !ok || c.frag.End > e.frag.End || (c.frag.End == e.frag.End && c.local() && !e.local()) {
+				e, ok = c, true
+			}
+		case c.frag.Begin > offset && (next < 0 || c.frag.Begin < next):
+			next = c.frag.Begin
+		}
+	}
+	return e, ok, next, ix.changed
+}
+
+// list returns the indexed fragments beginning at or after from, in order.
+func (ix *index) list(from int64) []fragment.Fragment {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var out []fragment.Fragment
+	for _, e := range ix.entries {
+		if e.frag.Begin >= from {
+			out = append(out, e.frag)
+		}
+	}
+	return out
+}

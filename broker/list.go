@@ -1,0 +1,140 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/labels"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// List lists the journals whose labels (with the meta-labels name and
+// prefix) match the request's selector, with their routes.
+func (s *Server) List(ctx context.Context, req *protocol.ListRequest) (*protocol.ListResponse, error) {
+	if err := req.Validate(); err != nil {
+		return nil, protocol.InvalidArgument(err)
+	}
+	sel, err := labels.ParseSelector(req.Selector)
+	if err != nil {
+		return nil, protocol.InvalidArgument(err)
+	}
+	_, journals := s.resolver.snapshot()
+	resp := &protocol.ListResponse{Status: protocol.Status_OK, Header: s.header(nil)}
+	for _, j := range journals {
+		if !sel.Matches(j.spec.LabelSetWithMeta()) {
+			continue
+		}
+		resp.Journals = append(resp.Journals, &protocol.ListResponse_Journal{
+			Spec: j.spec, CreateRevision: j.item.KV.CreateRevision, ModRevision: j.item.KV.ModRevision, Route: j.route,
+		})
+	}
+	sort.Slice(resp.Journals, func(a, b int) bool { return resp.Journals[a].Spec.Name < resp.Journals[b].Spec.Name })
+	return resp, nil
+}
+
+// Apply creates, updates and deletes journal specs in one etcd transaction,
+// each conditioned on the mod revision its author read.
+func (s *Server) Apply(ctx context.Context, req *protocol.ApplyRequest) (*protocol.ApplyResponse, error) {
+	if err := req.Validate(); err != nil {
+		return nil, protocol.InvalidArgument(err)
+	}
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, c := range req.Changes {
+		name := c.Delete
+		if c.Upsert != nil {
+			name = c.Upsert.Name
+			raw, err := protocol.MarshalSpec(c.Upsert)
+			if err != nil {
+				return nil, protocol.InvalidArgument(err)
+			}
+			ops = append(ops, clientv3.OpPut(allocator.ItemKey(s.cfg.Root, name), string(raw)))
+		} else {
+			ops = append(ops, clientv3.OpDelete(allocator.ItemKey(s.cfg.Root, name)))
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(allocator.ItemKey(s.cfg.Root, name)), "=", c.ExpectModRevision))
+	}
+	resp, err := s.cfg.Etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "applying journal specs: %v", err)
+	}
+	out := &protocol.ApplyResponse{Status: protocol.Status_OK, Revision: resp.Header.Revision}
+	if !resp.Succeeded {
+		out.Status = protocol.Status_REVISION_MISMATCH
+	} else {
+		s.awaitRevision(ctx, resp.Header.Revision)
+	}
+	out.Header = s.header(nil)
+	return out, nil
+}
+
+// ListFragments lists a journal's fragments from a replica's index.
+func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsRequest) (*protocol.FragmentsResponse, error) {
+	if err := req.Validate(); err != nil {
+		return nil, protocol.InvalidArgument(err)
+	}
+	s.awaitRevision(ctx, req.Header.GetRevision())
+	spec, route, r := s.resolver.resolve(req.Journal)
+	hdr := s.header(route)
+	switch {
+	case spec == nil:
+		return &protocol.FragmentsResponse{Status: protocol.Status_JOURNAL_NOT_FOUND, Header: hdr}, nil
+	case r == nil && (req.DoNotProxy || len(route.GetMembers()) == 0):
+		return &protocol.FragmentsResponse{Status: protocol.Status_NOT_REPLICA, Header: hdr}, nil
+	case r == nil:
+		conn, err := s.conns.get(route.Endpoints[0])
+		if err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		req.Header, req.DoNotProxy = hdr, true
+		return protocol.NewJournalClient(conn).ListFragments(ctx, req)
+	}
+	if err := r.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	return r.listFragments(ctx, req, hdr), nil
+}
+
+func (r *replica) listFragments(ctx context.Context, req *protocol.FragmentsRequest, hdr *protocol.Header) *protocol.FragmentsResponse {
+	resp := &protocol.FragmentsResponse{Status: protocol.Status_OK, Header: hdr}
+	limit := int(req.PageLimit)
+	if limit <= 0 {
+		limit = 1000
+	}
+	for _, f := range r.index.list(req.NextPageToken) {
+		mod := f.ModTime.Unix()
+		if f.ModTime.IsZero() {
+			mod = 0
+		}
+		if (req.BeginModTime != 0 && mod < req.BeginModTime) || (req.EndModTime != 0 && mod >= req.EndModTime) {
+			continue
+		}
+		if len(resp.Fragments) == limit {
+			resp.NextPageToken = f.Begin
+			break
+		}
+		info := &protocol.FragmentsResponse_Info{Fragment: protoFragment(f)}
+		if ttl := req.SignatureTtl.AsDuration(); ttl > 0 && f.Store != "" {
+			if store, err := r.srv.storeFor(ctx, f.Store); err == nil {
+				info.SignedUrl, _ = store.SignURL(ctx, f, max(ttl, time.Second))
+			}
+		}
+		resp.Fragments = append(resp.Fragments, info)
+	}
+	return resp
+}
+
+func encodeJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // MemberSpec always marshals.
+	}
+	return string(b)
+}

@@ -1,0 +1,36 @@
+package broker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	appendsCommitted = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_appends_total", Help: "Appends committed by this broker as primary.",
+	})
+	appendErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_append_errors_total", Help: "Appends that failed at this broker as primary.",
+	})
+	bytesAppended = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_appended_bytes_total", Help: "Bytes appended by this broker as primary.",
+	})
+	bytesRead = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_read_bytes_total", Help: "Bytes served to readers.",
+	})
+	spoolsRolled = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_spools_rolled_total", Help: "Spools rolled.",
+	})
+	fragmentsPersisted = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_fragments_persisted_total", Help: "Fragments persisted to stores.",
+	})
+	bytesPersisted = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_persisted_bytes_total", Help: "Bytes persisted to stores.",
+	})
+	persistErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_persist_errors_total", Help: "Failed attempts to persist a fragment (retried).",
+	})
+	spoolsRecovered = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_spools_recovered_total", Help: "Spools recovered from local disk at start.",
+	})
+)

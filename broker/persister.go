@@ -1,0 +1,163 @@
+package broker
+
+import (
+	"context"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/quire-dev/quire/fragment"
+)
+
+// persistJob persists one local fragment.
+type persistJob struct {
+	frag  fragment.Fragment // Codec set; Store is the target URL
+	open  func() (io.ReadCloser, error)
+	done  func(stored fragment.Fragment) // after success: index it, delete local files
+	tries int
+}
+
+// persister copies rolled and recovered spools to fragment stores, retrying
+// until it succeeds or the broker stops (whatever is left is recovered at
+// the next start). Wait blocks until everything queued so far is stored.
+type persister struct {
+	srv     *Server
+	mu      sync.Mutex
+	cond    sync.Cond
+	queue   []*persistJob
+	pending int // queued or in flight
+}
+
+func newPersister(srv *Server) *persister {
+	p := &persister{srv: srv}
+	p.cond.L = &p.mu
+	return p
+}
+
+func (p *persister) enqueue(j *persistJob) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.queue = append(p.queue, j)
+	p.pending++
+	p.cond.Broadcast()
+}
+
+// run persists jobs with n workers until ctx is done.
+func (p *persister) run(ctx context.Context, n int) {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := p.next(ctx); j != nil; j = p.next(ctx) {
+				p.persist(ctx, j)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (p *persister) next(ctx context.Context) *persistJob {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.queue) == 0 && ctx.Err() == nil {
+		p.cond.Wait()
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	j := p.queue[0]
+	p.queue = p.queue[1:]
+	return j
+}
+
+func (p *persister) persist(ctx context.Context, j *persistJob) {
+	err := p.try(ctx, j)
+	if err == nil {
+		fragmentsPersisted.Inc()
+		bytesPersisted.Add(float64(j.frag.Len()))
+		j.done(j.frag)
+		p.finish()
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	j.tries++
+	delay := min(time.Duration(j.tries)*500*time.Millisecond, 30*time.Second)
+	p.srv.log.Warn("persisting fragment failed; will retry", "fragment", j.frag.Name(),
+		"store", j.frag.Store, "err", err, "retryIn", delay)
+	persistErrors.Inc()
+	time.AfterFunc(delay, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.queue = append(p.queue, j)
+		p.cond.Broadcast()
+	})
+}
+
+func (p *persister) try(ctx context.Context, j *persistJob) error {
+	store, err := p.srv.stores.get(ctx, j.frag.Store)
+	if err != nil {
+		return err
+	}
+	rc, err := j.open()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return store.Persist(ctx, j.frag, rc)
+}
+
+func (p *persister) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending--
+	p.cond.Broadcast()
+}
+
+// wait returns once every job queued before or during the call is
+// persisted, or ctx is done.
+func (p *persister) wait(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.pending > 0 && ctx.Err() == nil {
+		p.cond.Wait()
+	}
+	return ctx.Err()
+}
+
+// storeCache opens each fragment store once.
+type storeCache struct {
+	mu     sync.Mutex
+	stores map[string]fragment.Store
+}
+
+func (c *storeCache) get(ctx context.Context, url string) (fragment.Store, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.stores[url]; ok {
+		return s, nil
+	}
+	s, err := fragment.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if c.stores == nil {
+		c.stores = make(map[string]fragment.Store)
+	}
+	c.stores[url] = s
+	return s, nil
+}

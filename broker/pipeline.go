@@ -1,0 +1,170 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// pipeline is the primary's set of Replicate streams to a journal's other
+// replicas, on one route. Messages flow to every peer in lock step: content
+// without answers, then a proposal that each peer acknowledges.
+type pipeline struct {
+	route  *protocol.Route
+	ctx    context.Context
+	cancel context.CancelFunc
+	peers  []protocol.Journal_ReplicateClient
+}
+
+// errPipeline marks failures of the pipeline (a peer or the network), after
+// which it is torn down; the client may retry.
+var errPipeline = errors.New("replication pipeline failed")
+
+// openPipeline opens streams to every other member of route, living until
+// routeCtx ends or the pipeline is closed.
+func (r *replica) openPipeline(routeCtx context.Context, route *protocol.Route) (*pipeline, error) {
+	ctx, cancel := context.WithCancel(routeCtx)
+	p := &pipeline{route: route, ctx: ctx, cancel: cancel}
+	for i := 1; i < len(route.Members); i++ {
+		conn, err := r.srv.conns.get(route.Endpoints[i])
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		stream, err := protocol.NewJournalClient(conn).Replicate(ctx)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("%w: opening stream to %s: %w", errPipeline, route.Endpoints[i], err)
+		}
+		p.peers = append(p.peers, stream)
+	}
+	return p, nil
+}
+
+func (p *pipeline) close() {
+	for _, s := range p.peers {
+		s.CloseSend()
+	}
+	p.cancel()
+}
+
+// send sends req to every peer.
+func (p *pipeline) send(req *protocol.ReplicateRequest) error {
+	for i, s := range p.peers {
+		if err := s.Send(req); err != nil {
+			return fmt.Errorf("%w: sending to %s: %w", errPipeline, p.route.Endpoints[i+1], err)
+		}
+	}
+	return nil
+}
+
+// recv receives one response from every peer.
+func (p *pipeline) recv() ([]*protocol.ReplicateResponse, error) {
+	out := make([]*protocol.ReplicateResponse, len(p.peers))
+	for i, s := range p.peers {
+		resp, err := s.Recv()
+		if err != nil {
+			return nil, fmt.Errorf("%w: receiving from %s: %w", errPipeline, p.route.Endpoints[i+1], err)
+		}
+		out[i] = resp
+	}
+	return out, nil
+}
+
+// exchange sends a proposal to every peer and requires each to accept it.
+func (p *pipeline) exchange(req *protocol.ReplicateRequest) error {
+	req.Acknowledge = true
+	if err := p.send(req); err != nil {
+		return err
+	}
+	resps, err := p.recv()
+	if err != nil {
+		return err
+	}
+	for i, resp := range resps {
+		if resp.Status != protocol.Status_OK {
+			return fmt.Errorf("%w: %s answered %s", errPipeline, p.route.Endpoints[i+1], resp.Status)
+		}
+	}
+	return nil
+}
+
+// ensurePipeline returns a synchronized pipeline on the replica's current
+// route, building one if needed. The caller holds the token and is primary.
+func (r *replica) ensurePipeline(ctx context.Context) (*pipeline, error) {
+	_, route, routeCtx := r.view()
+	if r.pipe != nil && sameRoute(r.pipe.route, route) && r.pipe.ctx.Err() == nil {
+		return r.pipe, nil
+	}
+	r.dropPipeline()
+	p, err := r.openPipeline(routeCtx, route)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.synchronize(ctx, p); err != nil {
+		p.close()
+		return nil, err
+	}
+	r.pipe = p
+	r.srv.markSynchronized(r.journal, route)
+	return p, nil
+}
+
+func (r *replica) dropPipeline() {
+	if r.pipe != nil {
+		r.pipe.close()
+		r.pipe = nil
+	}
+}
+
+// synchronize brings every peer's spool to the primary's. Peers answer the
+// primary's proposal with their own spool if it differs; then everyone
+// rolls to an empty spool at the greatest end offset known to anyone, so
+// that no offset is written twice.
+func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
+	s := r.spool()
+	hdr := r.srv.header(p.route)
+	if err := p.send(&protocol.ReplicateRequest{Header: hdr, Journal: r.journal,
+		Proposal: fragmentOf(s, false), Registers: protocol.ProtoLabels(r.registers), Acknowledge: true}); err != nil {
+		return err
+	}
+	resps, err := p.recv()
+	if err != nil {
+		return err
+	}
+	at := max(s.End(), r.index.end())
+	for i, resp := range resps {
+		switch resp.Status {
+		case protocol.Status_OK:
+		case protocol.Status_PROPOSAL_MISMATCH:
+			at = max(at, resp.Fragment.GetEnd())
+		case protocol.Status_WRONG_ROUTE:
+			// The peer may know a newer route; catch up before retrying.
+			r.srv.awaitRevision(ctx, resp.Header.GetRevision())
+			return fmt.Errorf("%w: %s is on another route (revision %d)", errPipeline, p.route.Endpoints[i+1], resp.Header.GetRevision())
+		default:
+			return fmt.Errorf("%w: %s answered %s", errPipeline, p.route.Endpoints[i+1], resp.Status)
+		}
+	}
+	if at == s.End() && !mismatched(resps) {
+		return nil
+	}
+	if err := r.roll(at); err != nil {
+		return err
+	}
+	return p.exchange(&protocol.ReplicateRequest{
+		Proposal:  &protocol.Fragment{Journal: r.journal, Begin: at, End: at, Sum: emptySum[:]},
+		Registers: protocol.ProtoLabels(r.registers),
+	})
+}
+
+func mismatched(resps []*protocol.ReplicateResponse) bool {
+	for _, r := range resps {
+		if r.Status != protocol.Status_OK {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,203 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// readChunk bounds the content of one ReadResponse.
+const readChunk = 128 << 10
+
+// Read serves a read from a local replica, or proxies it to the primary.
+func (s *Server) Read(req *protocol.ReadRequest, stream protocol.Journal_ReadServer) error {
+	if err := req.Validate(); err != nil {
+		return protocol.InvalidArgument(err)
+	}
+	ctx := stream.Context()
+	s.awaitRevision(ctx, req.Header.GetRevision())
+	spec, route, r := s.resolver.resolve(req.Journal)
+	hdr := s.header(route)
+	switch {
+	case spec == nil:
+		return stream.Send(&protocol.ReadResponse{Status: protocol.Status_JOURNAL_NOT_FOUND, Header: hdr})
+	case spec.GetAccess() == protocol.Access_WRITE_ONLY:
+		return stream.Send(&protocol.ReadResponse{Status: protocol.Status_NOT_ALLOWED, Header: hdr})
+	case r == nil && req.DoNotProxy:
+		return stream.Send(&protocol.ReadResponse{Status: protocol.Status_NOT_REPLICA, Header: hdr})
+	case r == nil && len(route.GetMembers()) == 0:
+		return stream.Send(&protocol.ReadResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr})
+	case r == nil:
+		return s.proxyRead(req, stream, route)
+	}
+	return r.read(ctx, req, stream, hdr)
+}
+
+func (s *Server) proxyRead(req *protocol.ReadRequest, stream protocol.Journal_ReadServer, route *protocol.Route) error {
+	conn, err := s.conns.get(route.Endpoints[0])
+	if err != nil {
+		return err
+	}
+	req.Header, req.DoNotProxy = s.header(route), true
+	in, err := protocol.NewJournalClient(conn).Read(stream.Context(), req)
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := in.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// read streams the journal from req.Offset: from the current spool up to
+// the write head, or from an indexed fragment. At the write head, a
+// blocking read waits for commits.
+func (r *replica) read(ctx context.Context, req *protocol.ReadRequest, stream protocol.Journal_ReadServer, hdr *protocol.Header) error {
+	if err := r.awaitReady(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	offset, head := req.Offset, r.head
+	r.mu.Unlock()
+	if offset < 0 {
+		offset = head
+	}
+	meta := &protocol.ReadResponse{Status: protocol.Status_OK, Header: hdr, Offset: offset, WriteHead: head}
+	if err := stream.Send(meta); err != nil {
+		return err
+	}
+	for req.EndOffset == 0 || offset < req.EndOffset {
+		next, err := r.readOnce(ctx, req, stream, offset)
+		if err != nil || next < 0 {
+			return err
+		}
+		offset = next
+	}
+	return nil
+}
+
+// readOnce serves content at offset, returning the offset to continue
+// from, or -1 when the read is over.
+func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, stream protocol.Journal_ReadServer, offset int64) (int64, error) {
+	r.mu.Lock()
+	cur, head, headCh := r.cur, r.head, r.headCh
+	r.mu.Unlock()
+	if offset >= cur.Begin {
+		if offset < head {
+			if req.MetadataOnly {
+				return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset,
+					WriteHead: head, Fragment: fragmentOf(cur, false)})
+			}
+			return r.sendSpool(stream, offset, limit(head, req.EndOffset))
+		}
+		if !req.Block {
+			return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OFFSET_NOT_YET_AVAILABLE,
+				Offset: offset, WriteHead: head})
+		}
+		select {
+		case <-headCh:
+			return offset, nil
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-r.ctx.Done():
+			return -1, errReplicaGone
+		}
+	}
+	e, ok, next, _ := r.index.query(offset)
+	if !ok {
+		// Nothing holds offset: the content was removed (retention). Jump
+		// to the next content there is.
+		if next < 0 || next > cur.Begin {
+			next = cur.Begin
+		}
+		return next, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: next, WriteHead: head})
+	}
+	if req.MetadataOnly {
+		return -1, r.sendMetadata(ctx, stream, e, offset, head)
+	}
+	return r.sendFragment(ctx, stream, e, offset, limit(e.frag.End, req.EndOffset))
+}
+
+func limit(end, endOffset int64) int64 {
+	if endOffset > 0 {
+		return min(end, endOffset)
+	}
+	return end
+}
+
+// sendSpool sends committed spool content [offset, end).
+func (r *replica) sendSpool(stream protocol.Journal_ReadServer, offset, end int64) (int64, error) {
+	r.mu.Lock()
+	cur := r.cur
+	r.mu.Unlock()
+	buf := make([]byte, min(readChunk, end-offset))
+	for offset < end {
+		n, err := cur.ReadAt(buf[:min(int64(len(buf)), end-offset)], offset)
+		if n > 0 {
+			if err := stream.Send(&protocol.ReadResponse{Offset: offset, Content: buf[:n]}); err != nil {
+				return -1, err
+			}
+			bytesRead.Add(float64(n))
+			offset += int64(n)
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return -1, err
+		}
+		if n == 0 {
+			break // The spool rolled away under us; continue from the index.
+		}
+	}
+	return offset, nil
+}
+
+// sendFragment sends an indexed fragment's content [offset, end).
+func (r *replica) sendFragment(ctx context.Context, stream protocol.Journal_ReadServer, e entry, offset, end int64) (int64, error) {
+	store, _ := r.srv.storeFor(ctx, e.frag.Store)
+	rc, err := e.open(ctx, store, offset)
+	if err != nil {
+		return -1, err
+	}
+	defer rc.Close()
+	if err := stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset,
+		Fragment: protoFragment(e.frag)}); err != nil {
+		return -1, err
+	}
+	buf := make([]byte, readChunk)
+	for offset < end {
+		n, err := io.ReadFull(rc, buf[:min(int64(len(buf)), end-offset)])
+		if n > 0 {
+			if err := stream.Send(&protocol.ReadResponse{Offset: offset, Content: buf[:n]}); err != nil {
+				return -1, err
+			}
+			bytesRead.Add(float64(n))
+			offset += int64(n)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				break
+			}
+			return -1, err
+		}
+	}
+	return offset, nil
+}
+
+func (r *replica) sendMetadata(ctx context.Context, stream protocol.Journal_ReadServer, e entry, offset, head int64) error {
+	resp := &protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset, WriteHead: head, Fragment: protoFragment(e.frag)}
+	if !e.local() {
+		if store, err := r.srv.storeFor(ctx, e.frag.Store); err == nil {
+			resp.FragmentUrl, _ = store.SignURL(ctx, e.frag, time.Hour)
+		}
+	}
+	return stream.Send(resp)
+}

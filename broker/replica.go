@@ -1,0 +1,307 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/quire-dev/quire/broker/spool"
+	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/labels"
+	"github.com/quire-dev/quire/protocol"
+
+	"sync"
+)
+
+// replica is this broker's replica of a journal: its spool, its index of
+// fragments, and, on the primary, its pipeline.
+type replica struct {
+	srv     *Server
+	journal string
+	ctx     context.Context // the replica's life, until unassigned
+	cancel  context.CancelFunc
+	index   *index
+
+	mu        sync.Mutex
+	spec      *protocol.JournalSpec
+	route     *protocol.Route
+	routeCtx  context.Context // cancelled when the route changes: fences pipelines
+	routeStop context.CancelFunc
+	cur       *spool.Spool  // current spool; nil until ready
+	head      int64         // committed end of cur: the write head
+	headCh    chan struct{} // closed when head or cur changes
+	ready     chan struct{} // closed once cur exists
+
+	// token is held by whoever writes the spool: the append in progress on
+	// the primary, or the pipeline stream on another replica.
+	token chan struct{}
+	// Guarded by token:
+	registers labels.Set
+	pipe      *pipeline
+	syncer    spool.Syncer
+}
+
+func newReplica(srv *Server, journal string) *replica {
+	ctx, cancel := context.WithCancel(srv.ctx)
+	r := &replica{
+		srv: srv, journal: journal, ctx: ctx, cancel: cancel, index: newIndex(),
+		headCh: make(chan struct{}), ready: make(chan struct{}), token: make(chan struct{}, 1),
+	}
+	r.routeCtx, r.routeStop = context.WithCancel(ctx)
+	r.token <- struct{}{}
+	return r
+}
+
+// update installs the journal's current spec and route. A changed route
+// cancels the route context, ending pipelines built on the old one.
+func (r *replica) update(spec *protocol.JournalSpec, route *protocol.Route) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spec = spec
+	if r.route != nil && !sameRoute(r.route, route) {
+		r.routeStop()
+		r.routeCtx, r.routeStop = context.WithCancel(r.ctx)
+	}
+	r.route = route
+}
+
+// view returns the spec, route and route context.
+func (r *replica) view() (*protocol.JournalSpec, *protocol.Route, context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.spec, r.route, r.routeCtx
+}
+
+func (r *replica) isPrimary() bool {
+	_, route, _ := r.view()
+	return indexOf(route, r.srv.id) == 0
+}
+
+// acquire takes the token, or fails when ctx is done.
+func (r *replica) acquire(ctx context.Context) error {
+	select {
+	case <-r.token:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *replica) release() { r.token <- struct{}{} }
+
+// load lists the journal's stores into the index, then creates the first
+// spool after everything indexed, and keeps the index fresh.
+func (r *replica) load() {
+	defer r.srv.wg.Done()
+	for attempt := 0; ; attempt++ {
+		err := r.refresh()
+		if err == nil {
+			break
+		}
+		r.srv.log.Warn("listing fragments failed; retrying", "journal", r.journal, "err", err)
+		if !sleepCtx(r.ctx, backoff(attempt)) {
+			return
+		}
+	}
+	for _, e := range r.srv.localEntries(r.journal) {
+		r.index.addLocal(e)
+	}
+	r.index.markLoaded()
+	if err := r.startSpool(); err != nil {
+		r.srv.log.Error("creating spool failed", "journal", r.journal, "err", err)
+		return
+	}
+	for {
+		spec, _, _ := r.view()
+		if !sleepCtx(r.ctx, refreshInterval(spec)) {
+			return
+		}
+		if err := r.refresh(); err != nil {
+			r.srv.log.Warn("refreshing fragments failed", "journal", r.journal, "err", err)
+		}
+	}
+}
+
+// refresh lists every store of the journal into the index.
+func (r *replica) refresh() error {
+	spec, _, _ := r.view()
+	var listed []fragment.Fragment
+	for _, url := range r.srv.storesOf(spec) {
+		store, err := r.srv.stores.get(r.ctx, url)
+		if err != nil {
+			return err
+		}
+		err = store.List(r.ctx, r.journal, func(f fragment.Fragment) error {
+			listed = append(listed, f)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("listing %s in %s: %w", r.journal, url, err)
+		}
+	}
+	r.index.replaceStored(listed)
+	return nil
+}
+
+// startSpool creates the first spool, after every indexed offset, with the
+// registers of the latest local fragment.
+func (r *replica) startSpool() error {
+	if err := r.acquire(r.ctx); err != nil {
+		return err
+	}
+	defer r.release()
+	s, err := spool.Create(r.srv.cfg.Dir, r.journal, r.index.end(), r.registers.String())
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.cur, r.head = s, s.Begin
+	close(r.ready)
+	r.mu.Unlock()
+	return nil
+}
+
+// awaitReady waits until the replica has a spool.
+func (r *replica) awaitReady(ctx context.Context) error {
+	select {
+	case <-r.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.ctx.Done():
+		return fmt.Errorf("journal %s is no longer assigned here: %w", r.journal, errReplicaGone)
+	}
+}
+
+var errReplicaGone = errors.New("replica gone")
+
+// spool returns the current spool; the caller holds the token.
+func (r *replica) spool() *spool.Spool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+// committed publishes a commit of the current spool to readers.
+func (r *replica) committed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.head = r.cur.End()
+	close(r.headCh)
+	r.headCh = make(chan struct{})
+}
+
+// roll replaces the current spool by an empty one at offset at, handing the
+// old one, if it holds content, to the index and the persister. The caller
+// holds the token.
+func (r *replica) roll(at int64) error {
+	old := r.spool()
+	if err := old.Rollback(); err != nil {
+		return err
+	}
+	if old.Begin == at && old.End() == at {
+		return nil // Already an empty spool there.
+	}
+	if at < old.End() {
+		return fmt.Errorf("rolling %s to %d, before its spool's end %d", r.journal, at, old.End())
+	}
+	s, err := spool.Create(r.srv.cfg.Dir, r.journal, at, r.registers.String())
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.cur, r.head = s, at
+	close(r.headCh)
+	r.headCh = make(chan struct{})
+	spec := r.spec
+	r.mu.Unlock()
+	spoolsRolled.Inc()
+	if old.End() == old.Begin {
+		return old.Remove()
+	}
+	r.handOff(spec, old)
+	return nil
+}
+
+// handOff indexes a rolled spool and queues it for persisting.
+func (r *replica) handOff(spec *protocol.JournalSpec, old *spool.Spool) {
+	f := fragment.Fragment{Journal: r.journal, Begin: old.Begin, End: old.End(), Sum: old.Sum(),
+		Codec: codecOf(spec), Store: r.srv.storesOf(spec)[0]}
+	r.index.addLocal(entry{frag: f, spool: old})
+	r.srv.persister.enqueue(&persistJob{
+		frag: f,
+		open: func() (io.ReadCloser, error) { return io.NopCloser(old.Reader()), nil },
+		done: func(stored fragment.Fragment) {
+			r.srv.persisted(r.journal, stored)
+			if err := old.Remove(); err != nil {
+				r.srv.log.Warn("removing persisted spool", "fragment", stored.Name(), "err", err)
+			}
+		},
+	})
+}
+
+// shouldRoll tells whether the current spool should roll before the next
+// append: it reached the target length, or crossed a flush boundary.
+func shouldRoll(spec *protocol.JournalSpec, s *spool.Spool, now time.Time) bool {
+	if s.End() == s.Begin {
+		return false
+	}
+	if s.End()-s.Begin >= spec.GetFragment().GetLength() && spec.GetFragment().GetLength() > 0 {
+		return true
+	}
+	if d := spec.GetFragment().GetFlushInterval().AsDuration(); d > 0 {
+		return now.Truncate(d).After(s.Created())
+	}
+	return false
+}
+
+// fragmentOf describes the spool, through its pending content if pending.
+func fragmentOf(s *spool.Spool, pending bool) *protocol.Fragment {
+	f := &protocol.Fragment{Journal: s.Journal, Begin: s.Begin, End: s.End()}
+	sum := s.Sum()
+	if pending {
+		f.End, sum = s.Pending(), s.PendingSum()
+	}
+	f.Sum = sum[:]
+	return f
+}
+
+var emptySum = sha256.Sum256(nil)
+
+func codecOf(spec *protocol.JournalSpec) fragment.Codec {
+	switch spec.GetFragment().GetCodec() {
+	case protocol.Codec_CODEC_NONE:
+		return fragment.None
+	case protocol.Codec_CODEC_GZIP:
+		return fragment.Gzip
+	case protocol.Codec_CODEC_SNAPPY:
+		return fragment.Snappy
+	}
+	return fragment.Zstd
+}
+
+func refreshInterval(spec *protocol.JournalSpec) time.Duration {
+	if d := spec.GetFragment().GetRefreshInterval().AsDuration(); d > 0 {
+		return d
+	}
+	return time.Minute
+}
+
+func backoff(attempt int) time.Duration {
+	return min(time.Duration(1<<min(attempt, 10))*50*time.Millisecond, 5*time.Second)
+}
+
+// sleepCtx waits for d, returning false if ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

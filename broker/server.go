@@ -1,0 +1,364 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/broker/spool"
+	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/keyspace"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// Config configures a broker.
+type Config struct {
+	Etcd *clientv3.Client
+	// Root is the brokers' key prefix, ending in '/', e.g. /quire/brokers/.
+	Root string
+	// Zone and Suffix name the broker; Endpoint is its gRPC address,
+	// host:port, as other brokers and clients reach it.
+	Zone, Suffix, Endpoint string
+	// Dir holds the broker's spools.
+	Dir string
+	// DefaultStore is the fragment store URL of journals that name none.
+	DefaultStore string
+	// Limit is the most journals the broker serves. Zero means 1024.
+	Limit int
+	// LeaseTTL is how long the broker's keys outlive it. Zero means 10s.
+	LeaseTTL time.Duration
+	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
+	MaxTxnOps int
+	Logger    *slog.Logger
+}
+
+// Server is a broker. Register it with a grpc.Server, then Run it.
+type Server struct {
+	protocol.UnimplementedJournalServer
+
+	cfg       Config
+	id        *protocol.ProcessID
+	log       *slog.Logger
+	ks        *keyspace.KeySpace
+	resolver  *resolver
+	persister *persister
+	stores    storeCache
+	conns     connPool
+
+	ctx context.Context // the server's life
+	wg  sync.WaitGroup  // goroutines of replicas and the persister
+
+	localMu sync.Mutex
+	locals  map[string][]entry // recovered spools awaiting persistence
+}
+
+// New returns a broker for cfg. It does nothing until Run.
+func New(cfg Config) (*Server, error) {
+	if cfg.Limit == 0 {
+		cfg.Limit = 1024
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, id: &protocol.ProcessID{Zone: cfg.Zone, Suffix: cfg.Suffix},
+		log: cfg.Logger.With("broker", cfg.Zone+"#"+cfg.Suffix), locals: map[string][]entry{}}
+	s.resolver = newResolver(s)
+	s.persister = newPersister(s)
+	s.ks = keyspace.New(cfg.Root, allocator.NewDecoder(cfg.Root, Decoders))
+	return s, nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Etcd == nil:
+		return errors.New("broker: Config.Etcd is required")
+	case c.Dir == "":
+		return errors.New("broker: Config.Dir is required")
+	case c.Root == "" || c.Root[len(c.Root)-1] != '/':
+		return fmt.Errorf("broker: root %q must end in '/'", c.Root)
+	}
+	if err := allocator.ValidateToken("zone", c.Zone, false); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if err := allocator.ValidateToken("suffix", c.Suffix, false); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if err := fragment.ValidateURL(c.DefaultStore); err != nil {
+		return fmt.Errorf("broker: default store: %w", err)
+	}
+	spec := MemberSpec{Limit: c.Limit, Endpoint: c.Endpoint}
+	return spec.Validate()
+}
+
+// Run serves until ctx is done (returning at once; the broker's journals
+// fail over when its lease expires) or drain is closed (handing its
+// journals to other brokers, persisting its spools, then returning nil).
+func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
+	ctx, cancel := context.WithCancel(ctx)
+	s.ctx = ctx
+	defer s.conns.close()
+	defer s.wg.Wait()
+	defer cancel()
+
+	if err := s.ks.Load(ctx, s.cfg.Etcd, 0); err != nil {
+		return fmt.Errorf("loading brokers' keyspace: %w", err)
+	}
+	if err := s.recoverSpools(); err != nil {
+		return err
+	}
+	s.ks.Observe(s.resolver.observe)
+	s.resolver.observe(s.ks.Snapshot())
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.persister.run(ctx, 2) }()
+	go func() { defer s.wg.Done(); s.ks.Watch(ctx, s.cfg.Etcd) }()
+	return s.serve(ctx, drain)
+}
+
+// serve announces the broker and allocates until drained or stopped.
+func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
+	lease, err := s.cfg.Etcd.Grant(ctx, int64(s.cfg.LeaseTTL.Seconds()))
+	if err != nil {
+		return fmt.Errorf("granting broker lease: %w", err)
+	}
+	keepAlive, err := s.cfg.Etcd.KeepAlive(ctx, lease.ID)
+	if err != nil {
+		return fmt.Errorf("keeping broker lease alive: %w", err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for range keepAlive {
+		}
+	}()
+	spec := MemberSpec{Limit: s.cfg.Limit, Endpoint: s.cfg.Endpoint}
+	key := allocator.MemberKey(s.cfg.Root, s.cfg.Zone, s.cfg.Suffix)
+	ann, err := allocator.Announce(ctx, s.cfg.Etcd, key, encodeJSON(spec), lease.ID)
+	if err != nil {
+		return err
+	}
+	if err := s.ks.WaitForRevision(ctx, ann.Revision); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		done <- allocator.Allocate(ctx, allocator.Config{Client: s.cfg.Etcd, KeySpace: s.ks, Member: key,
+			Ready: Ready, MaxTxnOps: s.cfg.MaxTxnOps, Logger: s.log})
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-drain:
+	}
+	return s.drain(ctx, ann, spec, done)
+}
+
+// drain hands every journal to other brokers, persists every spool, and
+// revokes the broker's lease.
+func (s *Server) drain(ctx context.Context, ann *allocator.Announcement, spec MemberSpec, done <-chan error) error {
+	s.log.Info("draining: handing journals to other brokers")
+	spec.Exiting = true
+	if _, err := ann.Update(ctx, encodeJSON(spec)); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.log.Info("drained; persisting spools")
+	if err := s.persister.wait(ctx); err != nil {
+		return err
+	}
+	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, err := s.cfg.Etcd.Revoke(revokeCtx, ann.Lease)
+	return err
+}
+
+// recoverSpools finds the spools a previous process left, indexes them for
+// reads, and queues them for persisting.
+func (s *Server) recoverSpools() error {
+	recovered, err := spool.Recover(s.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("recovering spools: %w", err)
+	}
+	kvs, rev := s.ks.Snapshot()
+	state := allocator.NewState(s.cfg.Root, kvs, rev)
+	for _, rec := range recovered {
+		if rec.End == rec.Begin {
+			rec.Remove()
+			continue
+		}
+		spoolsRecovered.Inc()
+		if rec.Lost > 0 {
+			s.log.Error("spool recovered with bytes lost (machine crash before sync, or disk damage)",
+				"journal", rec.Journal, "begin", rec.Begin, "end", rec.End, "lost", rec.Lost, "path", rec.Path())
+		}
+		var spec *protocol.JournalSpec // Nil if the journal was deleted: persist to the default store.
+		if i := state.ItemIndex(rec.Journal); i >= 0 {
+			spec = state.Items[i].Value.(*protocol.JournalSpec)
+		}
+		f := fragment.Fragment{Journal: rec.Journal, Begin: rec.Begin, End: rec.End, Sum: rec.Sum,
+			Codec: codecOf(spec), Store: s.storesOf(spec)[0]}
+		s.localMu.Lock()
+		s.locals[rec.Journal] = append(s.locals[rec.Journal], entry{frag: f, rec: rec})
+		s.localMu.Unlock()
+		s.persister.enqueue(&persistJob{frag: f, open: rec.Reader, done: func(stored fragment.Fragment) {
+			s.persisted(rec.Journal, stored)
+			if err := rec.Remove(); err != nil {
+				s.log.Warn("removing persisted spool", "path", rec.Path(), "err", err)
+			}
+		}})
+		s.log.Info("recovered spool", "journal", rec.Journal, "begin", rec.Begin, "end", rec.End)
+	}
+	return nil
+}
+
+// localEntries are the recovered spools of journal not yet persisted.
+func (s *Server) localEntries(journal string) []entry {
+	s.localMu.Lock()
+	defer s.localMu.Unlock()
+	return append([]entry(nil), s.locals[journal]...)
+}
+
+// persisted records that a local fragment of journal is now stored.
+func (s *Server) persisted(journal string, f fragment.Fragment) {
+	s.localMu.Lock()
+	out := s.locals[journal][:0]
+	for _, e := range s.locals[journal] {
+		if e.frag.Begin != f.Begin || e.frag.End != f.End {
+			out = append(out, e)
+		}
+	}
+	s.locals[journal] = out
+	s.localMu.Unlock()
+	if r, _ := s.resolver.replica(journal); r != nil {
+		f.ModTime = time.Now()
+		r.index.persisted(f)
+	}
+}
+
+// storesOf is the journal's stores, or the default store.
+func (s *Server) storesOf(spec *protocol.JournalSpec) []string {
+	if stores := spec.GetFragment().GetStores(); len(stores) != 0 {
+		return stores
+	}
+	return []string{s.cfg.DefaultStore}
+}
+
+func (s *Server) storeFor(ctx context.Context, url string) (fragment.Store, error) {
+	if url == "" {
+		return nil, nil
+	}
+	return s.stores.get(ctx, url)
+}
+
+// header is the header of this broker's responses.
+func (s *Server) header(route *protocol.Route) *protocol.Header {
+	return &protocol.Header{ProcessId: s.id, Route: route, Revision: s.ks.Revision()}
+}
+
+// awaitRevision waits (briefly) until the keyspace reflects rev, so that a
+// request from a broker that knows more is judged on the same view.
+func (s *Server) awaitRevision(ctx context.Context, rev int64) {
+	if rev <= s.ks.Revision() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s.ks.WaitForRevision(ctx, rev)
+}
+
+// markSynchronized records, in each assignment of the journal, that its
+// replicas are synchronized on route: the allocator then counts them ready.
+func (s *Server) markSynchronized(journal string, route *protocol.Route) {
+	state, _ := s.resolver.snapshot()
+	if state == nil {
+		return
+	}
+	text := routeText(route)
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, a := range state.ItemAssignments(journal) {
+		if string(a.KV.Value) == text {
+			continue
+		}
+		key := string(a.KV.Key)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", a.KV.ModRevision))
+		ops = append(ops, clientv3.OpPut(key, text, clientv3.WithIgnoreLease()))
+	}
+	if len(ops) == 0 {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := s.cfg.Etcd.Txn(ctx).If(cmps...).Then(ops...).Commit(); err != nil && ctx.Err() == nil {
+			s.log.Warn("recording synchronized route failed", "journal", journal, "err", err)
+		}
+	}()
+}
+
+// connPool keeps one client connection per broker endpoint.
+type connPool struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func (p *connPool) get(endpoint string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[endpoint]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to broker %s: %w", endpoint, err)
+	}
+	if p.conns == nil {
+		p.conns = make(map[string]*grpc.ClientConn)
+	}
+	p.conns[endpoint] = c
+	return c, nil
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func protoFragment(f fragment.Fragment) *protocol.Fragment {
+	var mod int64
+	if !f.ModTime.IsZero() {
+		mod = f.ModTime.Unix()
+	}
+	return &protocol.Fragment{Journal: f.Journal, Begin: f.Begin, End: f.End, Sum: f.Sum[:],
+		Codec: protocol.Codec(f.Codec) + 1, Store: f.Store, ModTime: mod}
+}
