@@ -1,0 +1,185 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxAppendBuffer = 4 << 20
+	DefaultChunkSize       = 256 << 10
+	DefaultBackoff         = 20 * time.Millisecond
+	DefaultMaxBackoff      = 2 * time.Second
+	// MaxChunkSize is the largest content chunk the client sends.
+	MaxChunkSize = 1 << 20
+)
+
+// Config configures a Client.
+type Config struct {
+	// Broker is the gRPC target ("host:port") of any broker. Requests go
+	// there until the client has learned a journal's route.
+	Broker string
+	// Zone is the client's zone. Reads prefer a replica in it.
+	Zone string
+	// DialOptions are added after the client's defaults, which are only
+	// insecure transport credentials; later options override them.
+	DialOptions []grpc.DialOption
+	// MaxAppendBuffer bounds the content of an Append that the client
+	// keeps in memory so it can replay it for a retry, when the content is
+	// not an io.Seeker. Zero means DefaultMaxAppendBuffer; a negative value
+	// disables buffering.
+	MaxAppendBuffer int
+	// ChunkSize is the size of the content messages of an Append. Zero
+	// means DefaultChunkSize; it is capped at MaxChunkSize.
+	ChunkSize int
+	// Backoff is the first delay between retries, and MaxBackoff the
+	// largest; delays double between the two. Zeros mean DefaultBackoff
+	// and DefaultMaxBackoff.
+	Backoff, MaxBackoff time.Duration
+}
+
+func (cfg *Config) withDefaults() (Config, error) {
+	c := *cfg
+	if c.Broker == "" {
+		return c, errors.New("client: config: Broker is empty")
+	}
+	if c.MaxAppendBuffer == 0 {
+		c.MaxAppendBuffer = DefaultMaxAppendBuffer
+	}
+	if c.ChunkSize <= 0 {
+		c.ChunkSize = DefaultChunkSize
+	}
+	c.ChunkSize = min(c.ChunkSize, MaxChunkSize)
+	if c.Backoff <= 0 {
+		c.Backoff = DefaultBackoff
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	c.MaxBackoff = max(c.MaxBackoff, c.Backoff)
+	return c, nil
+}
+
+// Client is a client of a fleet of brokers. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	router *router
+	pool   *pool
+}
+
+// New returns a Client of the brokers reachable through cfg.Broker. It
+// does not contact a broker: connections are made on first use. ctx is
+// only checked for cancellation.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.DialOptions...)
+	return &Client{
+		cfg:    c,
+		router: newRouter(c.Broker, c.Zone),
+		pool:   &pool{opts: opts, conns: make(map[string]*grpc.ClientConn)},
+	}, nil
+}
+
+// Close closes the client's connections. Requests in flight fail.
+func (c *Client) Close() error { return c.pool.close() }
+
+// Route returns a copy of the client's cached route of journal, or nil if
+// it has none.
+func (c *Client) Route(journal string) *protocol.Route {
+	if rt := c.router.route(journal); rt != nil {
+		return proto.CloneOf(rt)
+	}
+	return nil
+}
+
+// journal returns a client of the broker at endpoint.
+func (c *Client) journal(endpoint string) (protocol.JournalClient, error) {
+	conn, err := c.pool.get(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.NewJournalClient(conn), nil
+}
+
+// pool holds one connection per broker endpoint.
+type pool struct {
+	opts []grpc.DialOption
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+func (p *pool) get(endpoint string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if cc, ok := p.conns[endpoint]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(endpoint, p.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("client: connect to broker %q: %w", endpoint, err)
+	}
+	p.conns[endpoint] = cc
+	return cc, nil
+}
+
+func (p *pool) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for ep, cc := range p.conns {
+		if err := cc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("client: close connection to %q: %w", ep, err))
+		}
+	}
+	p.conns = nil
+	return errors.Join(errs...)
+}
+
+// backoff produces capped, exponentially growing, jittered delays.
+type backoff struct {
+	next, max time.Duration
+}
+
+func (c *Client) newBackoff() backoff {
+	return backoff{next: c.cfg.Backoff, max: c.cfg.MaxBackoff}
+}
+
+// wait sleeps for the next delay, or until ctx is done.
+func (b *backoff) wait(ctx context.Context) error {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, b.max)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

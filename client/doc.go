@@ -1,0 +1,91 @@
+// Package client is the Go client of Quire's brokers: it appends to
+// journals, synchronously or in batches, reads them, and lists and
+// changes their specs.
+//
+//	c, err := client.New(ctx, client.Config{Broker: "localhost:8080", Zone: "us-east-1a"})
+//	...
+//	defer c.Close()
+//	commit, err := c.Append(ctx, client.AppendRequest{Journal: "clicks/part-000"}, bytes.NewReader(data))
+//	r := c.NewReader(ctx, client.ReadRequest{Journal: "clicks/part-000", Block: true})
+//	_, err = io.Copy(dst, r)
+//
+// # Routing
+//
+// Any broker accepts any request and proxies it to a broker that can
+// serve it: the journal's primary for an append, one of its replicas for a
+// read. Proxying costs a hop, so the client learns where journals live. Every
+// response carries a header with the journal's route, its brokers (the
+// primary first) and their endpoints, and the client caches the newest
+// route per journal; List responses fill the cache too.
+//
+// With a route cached, the client sends appends to the primary and reads
+// to a replica in its own zone (Config.Zone), else to the primary, and asks
+// the broker not to proxy (do_not_proxy). A broker that is no longer the
+// primary or a replica answers NOT_PRIMARY or NOT_REPLICA with its own,
+// newer, route, and the client retries at once where that route says.
+// Without a route, requests go to Config.Broker, which proxies them; its
+// answer teaches the client the route. An unreachable broker is dropped
+// from the journal's cached route, and the request is retried on another
+// broker: the route's others, the default broker, then any broker the
+// client has seen in a route, each of which proxies.
+//
+// The client keeps one gRPC connection per broker endpoint, for the life
+// of the Client.
+//
+// # Retries
+//
+// Failures that may pass are retried with capped exponential backoff
+// (Config.Backoff to Config.MaxBackoff, jittered) until the request's
+// context is done: a journal without a primary (NO_PRIMARY) or with too
+// few brokers (INSUFFICIENT_REPLICAS), unreachable brokers and broken
+// streams (gRPC Unavailable and the like). Failures that are answers are
+// returned, as errors that wrap ErrJournalNotFound, ErrWrongAppendOffset,
+// ErrRegisterMismatch, ErrNotAllowed or ErrRevisionMismatch, for
+// errors.Is, and that are *StatusError, for errors.As; messages name the
+// journal and what was asked of it. Malformed requests are refused before
+// they are sent where the client can tell, and otherwise fail with the
+// broker's InvalidArgument error, which names the field.
+//
+// A retried append sends its content again, from the start. The client can
+// do so if the content is an io.Seeker, or has been at most
+// Config.MaxAppendBuffer bytes when the attempt failed (it keeps what it
+// read, to replay); otherwise the error wraps ErrNotReplayable and the
+// append is not retried. An attempt that fails before the broker received
+// its commit message appends nothing. One whose stream breaks after that
+// may have committed, and its retry may append the content a second time:
+// appends are at least once. Conditional appends (AppendRequest.Offset,
+// CheckRegisters) or messages with UUIDs make duplicates harmless.
+//
+// A Reader whose stream breaks opens another at the offset after the last
+// byte it received, on another replica if the broker is unreachable, so it
+// returns every byte once and in order. Apply is not retried: the caller
+// should List and decide again.
+//
+// # Appender
+//
+// An Appender batches small records: it collects the records for each
+// journal, and sends them as one Append when the journal has no append in
+// flight (after Linger, if set), or when the batch reaches MaxBatchBytes.
+// One append in flight per journal keeps the journal's records in the
+// order Append was called; each record's AppendHandle reports its own
+// range, computed from its batch's commit and its place in the batch. The
+// records held from Append until their batch completes are bounded by
+// MaxBufferedBytes: Append blocks while they are at the bound. Close sends
+// what is queued and waits for every batch; the Appender's goroutines, one
+// per journal with records queued, have exited when it returns.
+//
+// # Reads
+//
+// A Reader is an io.Reader over a journal from an offset (-1 is the write
+// head). It follows the journal across fragments and brokers. Read returns
+// io.EOF at ReadRequest.EndOffset, and at the write head unless the read
+// blocks. When content was removed (by retention) the broker continues the
+// read after it, and Read reports the gap once, as an *OffsetJumpError
+// with the offsets from and to; ReadRequest.SkipGaps skips gaps silently.
+//
+// # Metrics
+//
+// The package registers Prometheus counters with the default registry,
+// named quire_client_*: appends, append bytes and retries; appender records
+// and batches; read streams, bytes, retries and offset jumps.
+package client
