@@ -36,6 +36,7 @@ type cluster struct {
 	root    string
 	store   string
 	brokers map[string]*testBroker
+	rev     int64 // of the last Apply: requests wait for brokers to see it
 }
 
 type testBroker struct {
@@ -126,6 +127,7 @@ func (c *cluster) journal(b *testBroker, name string, replication int32) {
 	if err != nil || resp.Status != protocol.Status_OK {
 		c.t.Fatalf("applying %s: %v %v", name, resp, err)
 	}
+	c.rev = resp.Revision
 }
 
 // appendOnce appends data in one Append RPC through b.
@@ -152,11 +154,13 @@ func appendOnce(ctx context.Context, b *testBroker, req *protocol.AppendRequest,
 
 // appendRetry appends, retrying while the journal has no primary yet or a
 // pipeline is being rebuilt.
-func appendRetry(t *testing.T, b *testBroker, journal string, data []byte) *protocol.AppendResponse {
+func (c *cluster) appendRetry(b *testBroker, journal string, data []byte) *protocol.AppendResponse {
+	t := c.t
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := appendOnce(context.Background(), b, &protocol.AppendRequest{Journal: journal}, data)
+		resp, err := appendOnce(context.Background(), b, &protocol.AppendRequest{Journal: journal,
+			Header: &protocol.Header{Revision: c.rev}}, data)
 		if err == nil && resp.Status == protocol.Status_OK {
 			return resp
 		}
@@ -233,7 +237,7 @@ func TestAppendAndReadOneBroker(t *testing.T) {
 	var want bytes.Buffer
 	for i := range 20 {
 		data := []byte(fmt.Sprintf("record %d\n", i))
-		resp := appendRetry(t, b, "a/one", data)
+		resp := c.appendRetry(b, "a/one", data)
 		if resp.Commit.Begin != int64(want.Len()) || resp.Commit.End != int64(want.Len()+len(data)) {
 			t.Fatalf("append %d committed [%d, %d), want [%d, %d)", i, resp.Commit.Begin, resp.Commit.End, want.Len(), want.Len()+len(data))
 		}
@@ -252,7 +256,7 @@ func TestReplicationThree(t *testing.T) {
 	var want bytes.Buffer
 	for i := range 30 {
 		data := bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i)
-		resp := appendRetry(t, bs[i%3], "a/three", data)
+		resp := c.appendRetry(bs[i%3], "a/three", data)
 		if resp.Commit.Begin != int64(want.Len()) {
 			t.Fatalf("append %d at %d, want %d", i, resp.Commit.Begin, want.Len())
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/quire-dev/quire/protocol"
 )
@@ -150,6 +151,11 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 	}
 	if at == s.End() && !mismatched(resps) {
 		return nil
+	}
+	if at > s.End() {
+		r.mu.Lock()
+		r.expect, r.expectSince = at, time.Now()
+		r.mu.Unlock()
 	}
 	if err := r.roll(at); err != nil {
 		return err

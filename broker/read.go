@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -33,8 +34,20 @@ func (s *Server) Read(req *protocol.ReadRequest, stream protocol.Journal_ReadSer
 	case r == nil:
 		return s.proxyRead(req, stream, route)
 	}
-	return r.read(ctx, req, stream, hdr)
+	var miss errMiss
+	if err := r.read(ctx, req, stream, hdr); !errors.As(err, &miss) {
+		return err
+	}
+	// This replica lacks content the primary may have: read on there.
+	req.Offset = miss.offset
+	return s.proxyRead(req, stream, route)
 }
+
+// errMiss stops a read at an offset this replica lacks, for the primary to
+// serve.
+type errMiss struct{ offset int64 }
+
+func (e errMiss) Error() string { return fmt.Sprintf("offset %d is not held here", e.offset) }
 
 func (s *Server) proxyRead(req *protocol.ReadRequest, stream protocol.Journal_ReadServer, route *protocol.Route) error {
 	conn, err := s.conns.get(route.Endpoints[0])
@@ -113,19 +126,43 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 			return -1, errReplicaGone
 		}
 	}
-	e, ok, next, _ := r.index.query(offset)
+	e, ok, next, changed := r.index.query(offset)
 	if !ok {
-		// Nothing holds offset: the content was removed (retention). Jump
-		// to the next content there is.
-		if next < 0 || next > cur.Begin {
-			next = cur.Begin
-		}
-		return next, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: next, WriteHead: head})
+		return r.miss(ctx, req, stream, offset, next, cur.Begin, head, changed)
 	}
 	if req.MetadataOnly {
 		return -1, r.sendMetadata(ctx, stream, e, offset, head)
 	}
 	return r.sendFragment(ctx, stream, e, offset, limit(e.frag.End, req.EndOffset))
+}
+
+// miss handles an offset before the current spool that the index lacks.
+// Another replica may hold it: the primary, which serves the read instead.
+// The primary lists the stores again; content a peer is persisting is
+// waited for; anything else is gone (removed by retention), and the read
+// jumps to the next content there is.
+func (r *replica) miss(ctx context.Context, req *protocol.ReadRequest, stream protocol.Journal_ReadServer,
+	offset, next, begin, head int64, changed <-chan struct{}) (int64, error) {
+	if !r.isPrimary() && !req.DoNotProxy {
+		return -1, errMiss{offset}
+	}
+	r.refreshSoon()
+	if _, ok, _, _ := r.index.query(offset); ok {
+		return offset, nil
+	}
+	if r.expected(offset) {
+		select {
+		case <-changed:
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+		return offset, nil
+	}
+	if next < 0 || next > begin {
+		next = begin
+	}
+	return next, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: next, WriteHead: head})
 }
 
 func limit(end, endOffset int64) int64 {

@@ -34,6 +34,11 @@ type replica struct {
 	head      int64         // committed end of cur: the write head
 	headCh    chan struct{} // closed when head or cur changes
 	ready     chan struct{} // closed once cur exists
+	// Content before expect that this replica lacks is held by a peer and
+	// on its way to the stores: reads wait for it rather than skip it.
+	expect      int64
+	expectSince time.Time
+	refreshed   time.Time // last listing of the stores
 
 	// token is held by whoever writes the spool: the append in progress on
 	// the primary, or the pipeline stream on another replica.
@@ -143,8 +148,35 @@ func (r *replica) refresh() error {
 		}
 	}
 	r.index.replaceStored(listed)
+	r.mu.Lock()
+	r.refreshed = time.Now()
+	r.mu.Unlock()
 	return nil
 }
+
+// refreshSoon lists the stores unless that was done in the last second.
+func (r *replica) refreshSoon() {
+	r.mu.Lock()
+	recent := time.Since(r.refreshed) < time.Second
+	r.mu.Unlock()
+	if !recent {
+		if err := r.refresh(); err != nil {
+			r.srv.log.Warn("refreshing fragments failed", "journal", r.journal, "err", err)
+		}
+	}
+}
+
+// expected tells whether offset, which this replica lacks, is content a
+// peer held when the spools were last synchronized, still on its way to
+// the stores.
+func (r *replica) expected(offset int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return offset < r.expect && time.Since(r.expectSince) < expectWait
+}
+
+// expectWait bounds how long reads wait for content a peer should persist.
+const expectWait = 2 * time.Minute
 
 // startSpool creates the first spool, after every indexed offset, with the
 // registers of the latest local fragment.

@@ -1,0 +1,188 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// readAll reads journal through b from 0 to its write head.
+func (c *cluster) readAll(b *testBroker, journal string) []byte {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := readToHead(b, journal)
+		if err == nil {
+			return got
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("reading %s through %s: %v", journal, b.name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func readToHead(b *testBroker, journal string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := protocol.NewJournalClient(b.conn).Read(ctx, &protocol.ReadRequest{Journal: journal})
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out.Bytes(), nil
+		} else if err != nil {
+			return nil, err
+		}
+		switch {
+		case resp.Status == protocol.Status_OFFSET_NOT_YET_AVAILABLE:
+			return out.Bytes(), nil
+		case resp.Status != protocol.Status_OK:
+			return nil, fmt.Errorf("status %s", resp.Status)
+		case len(resp.Content) == 0:
+			if resp.Offset != int64(out.Len()) {
+				return nil, fmt.Errorf("read jumped from %d to %d", out.Len(), resp.Offset)
+			}
+		case resp.Offset != int64(out.Len()):
+			return nil, fmt.Errorf("content at %d, want %d", resp.Offset, out.Len())
+		default:
+			out.Write(resp.Content)
+		}
+	}
+}
+
+type acked struct {
+	record     string
+	begin, end int64
+}
+
+// Concurrent writers append to a journal replicated three ways while one
+// broker is killed and another joins. Every acknowledged append reads back
+// exactly where it was acknowledged, once, in each writer's order; records
+// whose appends failed may appear, but only whole.
+func TestFailoverKeepsEveryAcknowledgedAppend(t *testing.T) {
+	c := newCluster(t)
+	b1, b2, _ := c.start("b1", ""), c.start("b2", ""), c.start("b3", "")
+	c.journal(b1, "logs/failover", 3)
+	c.appendRetry(b1, "logs/failover", []byte("start\n"))
+
+	const writers = 4
+	var (
+		mu     sync.Mutex
+		ok     []acked
+		failed = map[string]bool{}
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+	)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			via := []*testBroker{b1, c.brokers["b3"]}[w%2]
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rec := fmt.Sprintf("w%d-%05d\n", w, seq)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, err := appendOnce(ctx, via, &protocol.AppendRequest{Journal: "logs/failover"}, []byte(rec))
+				cancel()
+				mu.Lock()
+				if err == nil && resp.Status == protocol.Status_OK {
+					ok = append(ok, acked{rec, resp.Commit.Begin, resp.Commit.End})
+				} else {
+					failed[rec] = true
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	waitAcked := func(n int) {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			mu.Lock()
+			got := len(ok)
+			mu.Unlock()
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d appends acknowledged, want %d", got, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitAcked(50)
+	c.stop(b2)
+	waitAcked(150)
+	c.start("b4", "")
+	waitAcked(300)
+	close(stop)
+	wg.Wait()
+
+	content := c.readAll(c.brokers["b4"], "logs/failover")
+	again := c.readAll(b1, "logs/failover")
+	if !bytes.Equal(content, again) {
+		t.Fatalf("brokers b4 and b1 read different content (%d and %d bytes)", len(content), len(again))
+	}
+	checkRecords(t, content, ok, failed)
+	t.Logf("%d appends acknowledged, %d failed, %d bytes", len(ok), len(failed), len(content))
+}
+
+func checkRecords(t *testing.T, content []byte, ok []acked, failed map[string]bool) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, line := range strings.SplitAfter(string(content), "\n") {
+		if line == "" {
+			continue
+		}
+		if !strings.HasSuffix(line, "\n") || (line != "start\n" && len(line) != len("w0-00000\n")) {
+			t.Fatalf("torn record %q", line)
+		}
+		seen[line]++
+	}
+	last := map[byte]int64{}
+	for _, a := range ok {
+		if a.end > int64(len(content)) || string(content[a.begin:a.end]) != a.record {
+			t.Fatalf("acknowledged %q at [%d, %d) not found there", a.record, a.begin, a.end)
+		}
+		if seen[a.record] != 1 {
+			t.Fatalf("acknowledged %q appears %d times", a.record, seen[a.record])
+		}
+		w := a.record[1]
+		if a.begin < last[w] {
+			t.Fatalf("writer %c's %q at %d precedes its earlier append at %d", w, a.record, a.begin, last[w])
+		}
+		last[w] = a.begin
+	}
+	for rec, n := range seen {
+		if n > 1 {
+			t.Fatalf("record %q appears %d times", rec, n)
+		}
+		if rec != "start\n" && !failed[rec] && !acknowledged(ok, rec) {
+			t.Fatalf("record %q was never appended", rec)
+		}
+	}
+}
+
+func acknowledged(ok []acked, rec string) bool {
+	for _, a := range ok {
+		if a.record == rec {
+			return true
+		}
+	}
+	return false
+}
