@@ -184,7 +184,8 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 			return nil, err
 		}
 	}
-	registers := r.registers.Union(protocol.LabelsOf(first.UnionRegisters)).Subtract(protocol.LabelsOf(first.SubtractRegisters))
+	// Subtract first, so that an append may replace a register's value.
+	registers := r.registers.Subtract(protocol.LabelsOf(first.SubtractRegisters)).Union(protocol.LabelsOf(first.UnionRegisters))
 	if err := r.commit(p, registers); err != nil {
 		return nil, err
 	}

@@ -122,8 +122,13 @@ func (c *cluster) journal(b *testBroker, name string, replication int32) {
 	c.t.Helper()
 	spec := &protocol.JournalSpec{Name: name, Replication: replication,
 		Fragment: &protocol.JournalSpec_Fragment{Length: 1 << 20}}
-	resp, err := protocol.NewJournalClient(b.conn).Apply(context.Background(), &protocol.ApplyRequest{
-		Changes: []*protocol.ApplyRequest_Change{{Upsert: spec}}})
+	jc := protocol.NewJournalClient(b.conn)
+	var rev int64
+	if list, err := jc.List(context.Background(), &protocol.ListRequest{Selector: "name=" + name}); err == nil && len(list.Journals) == 1 {
+		rev = list.Journals[0].ModRevision
+	}
+	resp, err := jc.Apply(context.Background(), &protocol.ApplyRequest{
+		Changes: []*protocol.ApplyRequest_Change{{Upsert: spec, ExpectModRevision: rev}}})
 	if err != nil || resp.Status != protocol.Status_OK {
 		c.t.Fatalf("applying %s: %v %v", name, resp, err)
 	}

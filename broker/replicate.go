@@ -38,7 +38,7 @@ func (s *Server) Replicate(stream protocol.Journal_ReplicateServer) error {
 		return err
 	}
 	defer r.release()
-	defer r.spool().Rollback()
+	defer func() { r.spool().Rollback() }() // The spool in place at the end: it may roll.
 	return r.replicate(ctx, stream, first)
 }
 

@@ -660,7 +660,9 @@ type AppendRequest struct {
 	// A selector the journal's registers must match, or the append fails with
 	// REGISTER_MISMATCH and writes nothing.
 	CheckRegisters string `protobuf:"bytes,5,opt,name=check_registers,json=checkRegisters,proto3" json:"check_registers,omitempty"`
-	// Labels added to and removed from the registers when the append commits.
+	// Labels removed from, then added to, the registers when the append
+	// commits (so an append may replace a register's value). A subtracted
+	// label with an empty value removes every value of its name.
 	UnionRegisters    []*Label `protobuf:"bytes,6,rep,name=union_registers,json=unionRegisters,proto3" json:"union_registers,omitempty"`
 	SubtractRegisters []*Label `protobuf:"bytes,7,rep,name=subtract_registers,json=subtractRegisters,proto3" json:"subtract_registers,omitempty"`
 	Content           []byte   `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
@@ -1576,6 +1578,7 @@ type JournalSpec_Fragment struct {
 	Length int64 `protobuf:"varint,1,opt,name=length,proto3" json:"length,omitempty"`
 	Codec  Codec `protobuf:"varint,2,opt,name=codec,proto3,enum=quire.protocol.Codec" json:"codec,omitempty"`
 	// Fragment store URLs in priority order; fragments persist to the first.
+	// Empty means the brokers' default store.
 	Stores []string `protobuf:"bytes,3,rep,name=stores,proto3" json:"stores,omitempty"`
 	// How often the brokers re-list the stores.
 	RefreshInterval *durationpb.Duration `protobuf:"bytes,4,opt,name=refresh_interval,json=refreshInterval,proto3" json:"refresh_interval,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,7 @@ type Spool struct {
 
 	content *os.File
 	commits *os.File
+	closed  atomic.Bool // Files stay set once closed, so that a concurrent ReadAt fails cleanly.
 
 	end       int64  // committed end offset
 	pending   int64  // end offset including pending content
@@ -99,7 +101,7 @@ func (s *Spool) Registers() string { return s.registers }
 
 // Write appends pending content.
 func (s *Spool) Write(p []byte) (int, error) {
-	if s.content == nil {
+	if s.closed.Load() {
 		return 0, ErrClosed
 	}
 	n, err := s.content.WriteAt(p, s.pending-s.Begin)
@@ -114,7 +116,7 @@ func (s *Spool) Write(p []byte) (int, error) {
 // Commit makes the pending content committed, with the journal's registers
 // after it. It does not sync; see Sync.
 func (s *Spool) Commit(registers string) error {
-	if s.content == nil {
+	if s.closed.Load() {
 		return ErrClosed
 	}
 	s.registers = registers
@@ -138,7 +140,7 @@ func (s *Spool) commit() error {
 
 // Rollback discards pending content.
 func (s *Spool) Rollback() error {
-	if s.content == nil {
+	if s.closed.Load() {
 		return ErrClosed
 	}
 	if s.pending == s.end {
@@ -157,7 +159,7 @@ func (s *Spool) Rollback() error {
 
 // Sync flushes both files to stable storage.
 func (s *Spool) Sync() error {
-	if s.content == nil {
+	if s.closed.Load() {
 		return ErrClosed
 	}
 	if err := s.content.Sync(); err != nil {
@@ -185,19 +187,18 @@ func (s *Spool) Reader() io.Reader {
 }
 
 // Close closes the spool's files, keeping them on disk (to be recovered).
+// A ReadAt racing it fails with an error, never worse.
 func (s *Spool) Close() error {
-	if s.content == nil {
+	if s.closed.Swap(true) {
 		return ErrClosed
 	}
-	err := errors.Join(s.content.Close(), s.commits.Close())
-	s.content, s.commits = nil, nil
-	return err
+	return errors.Join(s.content.Close(), s.commits.Close())
 }
 
 // Remove closes and deletes the spool's files, once its content is
 // persisted.
 func (s *Spool) Remove() error {
-	if s.content == nil {
+	if s.closed.Load() {
 		return ErrClosed
 	}
 	cp, lp := s.content.Name(), s.commits.Name()

@@ -1,0 +1,207 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+func TestConditionalAppends(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, "log/fenced", 1)
+	c.appendRetry(b, "log/fenced", []byte("first "))
+	ctx := context.Background()
+
+	take := &protocol.AppendRequest{Journal: "log/fenced", CheckRegisters: "!author",
+		UnionRegisters: []*protocol.Label{{Name: "author", Value: "a"}}}
+	resp, err := appendOnce(ctx, b, take, []byte("by-a "))
+	if err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("taking the journal: %v %v", resp, err)
+	}
+	if got := protocol.LabelsOf(resp.Registers).String(); got != "author=a" {
+		t.Errorf("registers after taking: %q", got)
+	}
+	before := c.readAll(b, "log/fenced")
+
+	// A writer expecting another author is refused, and writes nothing.
+	resp, err = appendOnce(ctx, b, &protocol.AppendRequest{Journal: "log/fenced", CheckRegisters: "author=b"}, []byte("by-b "))
+	if err != nil || resp.Status != protocol.Status_REGISTER_MISMATCH {
+		t.Fatalf("mismatched append: %v %v; want REGISTER_MISMATCH", resp, err)
+	}
+	if after := c.readAll(b, "log/fenced"); !bytes.Equal(after, before) {
+		t.Fatalf("a refused append changed the journal: %q -> %q", before, after)
+	}
+	// The current author may write, and may hand over.
+	resp, err = appendOnce(ctx, b, &protocol.AppendRequest{Journal: "log/fenced", CheckRegisters: "author=a",
+		SubtractRegisters: []*protocol.Label{{Name: "author"}}, UnionRegisters: []*protocol.Label{{Name: "author", Value: "b"}}},
+		[]byte("handover "))
+	if err != nil || resp.Status != protocol.Status_OK || protocol.LabelsOf(resp.Registers).String() != "author=b" {
+		t.Fatalf("handover: %v %v", resp, err)
+	}
+	// An expected offset that is not the write head is refused.
+	off := int64(1)
+	resp, err = appendOnce(ctx, b, &protocol.AppendRequest{Journal: "log/fenced", Offset: &off}, []byte("x"))
+	if err != nil || resp.Status != protocol.Status_WRONG_APPEND_OFFSET {
+		t.Fatalf("append at a wrong offset: %v %v", resp, err)
+	}
+	if got := string(c.readAll(b, "log/fenced")); got != "first by-a handover " {
+		t.Errorf("journal holds %q", got)
+	}
+}
+
+func TestBadRequestsNameTheField(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	ctx := context.Background()
+	_, err := appendOnce(ctx, b, &protocol.AppendRequest{Journal: "bad//name"}, []byte("x"))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "journal") {
+		t.Errorf("append to a bad name: %v, want InvalidArgument naming journal", err)
+	}
+	stream, err := protocol.NewJournalClient(b.conn).Read(ctx, &protocol.ReadRequest{Journal: "ok", Offset: -5})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "offset") {
+		t.Errorf("read at offset -5: %v, want InvalidArgument naming offset", err)
+	}
+	_, err = protocol.NewJournalClient(b.conn).Apply(ctx, &protocol.ApplyRequest{Changes: []*protocol.ApplyRequest_Change{
+		{Upsert: &protocol.JournalSpec{Name: "x", Replication: 0}}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "replication") {
+		t.Errorf("apply with replication 0: %v, want InvalidArgument naming replication", err)
+	}
+}
+
+// waitPersisted waits until the store holds fragments of journal up to end.
+func (c *cluster) waitPersisted(b *testBroker, journal string, end int64) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := protocol.NewJournalClient(b.conn).ListFragments(context.Background(),
+			&protocol.FragmentsRequest{Journal: journal})
+		var stored int64
+		if err == nil {
+			for _, f := range resp.Fragments {
+				if f.Fragment.Store != "" && f.Fragment.ModTime != 0 {
+					stored = max(stored, f.Fragment.End)
+				}
+			}
+		}
+		if stored >= end {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("fragments of %s persisted to %d, want %d (%v)", journal, stored, end, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A broker with an empty disk serves what earlier brokers persisted.
+func TestEmptyDiskServesFromStore(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, "log/stored", 1) // Fragments roll at 1 MiB.
+	var want bytes.Buffer
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
+	for i := range 9 {
+		chunk[0] = byte('A' + i)
+		c.appendRetry(b, "log/stored", chunk)
+		want.Write(chunk)
+	}
+	c.waitPersisted(b, "log/stored", 2<<20)
+	c.stop(b)
+	fresh := c.start("b1", "") // A new, empty directory.
+	got := readRetry(t, fresh, "log/stored", 0, 2<<20)
+	if !bytes.Equal(got, want.Bytes()[:2<<20]) {
+		t.Fatal("content read from the store differs")
+	}
+}
+
+// A broker killed at replication 1 and restarted on its disk loses no
+// acknowledged byte: it recovers its spool, persists it, and carries on
+// after it.
+func TestKilledBrokerRecoversItsSpool(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	b := c.start("b1", dir)
+	c.journal(b, "log/killed", 1)
+	var want bytes.Buffer
+	for i := range 50 {
+		rec := []byte(strings.Repeat(string(rune('a'+i%26)), 100) + "\n")
+		c.appendRetry(b, "log/killed", rec)
+		want.Write(rec)
+	}
+	c.stop(b) // No drain, no flush: as kill -9.
+	entries, _ := os.ReadDir(filepath.Join(dir, "log%2Fkilled"))
+	if len(entries) == 0 {
+		t.Fatal("the killed broker left no spool behind")
+	}
+	b = c.start("b1", dir)
+	c.waitPersisted(b, "log/killed", int64(want.Len()))
+	resp := c.appendRetry(b, "log/killed", []byte("after\n"))
+	if resp.Commit.Begin != int64(want.Len()) {
+		t.Fatalf("append after recovery at %d, want %d", resp.Commit.Begin, want.Len())
+	}
+	want.WriteString("after\n")
+	if got := c.readAll(b, "log/killed"); !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("after recovery the journal holds %d bytes, want %d", len(got), want.Len())
+	}
+}
+
+// An append racing a route change either commits whole or leaves nothing.
+func TestRouteChangeFencesAnAppendInFlight(t *testing.T) {
+	c := newCluster(t)
+	b1, _ := c.start("b1", ""), c.start("b2", "")
+	c.journal(b1, "log/fence", 2)
+	c.appendRetry(b1, "log/fence", []byte("before\n"))
+	_, route, _ := b1.srv.resolver.resolve("log/fence")
+	primary := c.brokers[route.Members[0].Suffix]
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := protocol.NewJournalClient(primary.conn).Append(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.Send(&protocol.AppendRequest{Journal: "log/fence"})
+	stream.Send(&protocol.AppendRequest{Content: []byte("half of an append, ")})
+	// The route changes under the append: a third replica joins.
+	c.start("b3", "")
+	c.journal(b1, "log/fence", 3)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, r, _ := primary.srv.resolver.resolve("log/fence"); len(r.Members) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("route never gained a third replica")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stream.Send(&protocol.AppendRequest{Content: []byte("and the other half\n")})
+	stream.Send(&protocol.AppendRequest{})
+	resp, err := stream.CloseAndRecv()
+	committed := err == nil && resp.Status == protocol.Status_OK
+	c.appendRetry(b1, "log/fence", []byte("after\n"))
+	got := string(c.readAll(b1, "log/fence"))
+	switch {
+	case committed && got != "before\nhalf of an append, and the other half\nafter\n":
+		t.Fatalf("committed append, but the journal holds %q", got)
+	case !committed && got != "before\nafter\n":
+		t.Fatalf("failed append (%v %v), but the journal holds %q", resp, err, got)
+	}
+	if errors.Is(err, context.Canceled) {
+		t.Fatal("append cancelled by the test")
+	}
+}
