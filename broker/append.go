@@ -108,7 +108,7 @@ func (r *replica) append(ctx context.Context, stream protocol.Journal_AppendServ
 			return nil, err
 		}
 	}
-	resp, err := r.appendContent(stream, p, first)
+	resp, err := r.appendContent(stream, p, first, spec)
 	if err != nil {
 		r.spool().Rollback()
 		r.dropPipeline()
@@ -161,7 +161,7 @@ func (r *replica) rollPipeline(p *pipeline, at int64) error {
 
 // appendContent streams the client's content down the pipeline and commits
 // it once every replica has it.
-func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipeline, first *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipeline, first *protocol.AppendRequest, spec *protocol.JournalSpec) (*protocol.AppendResponse, error) {
 	s := r.spool()
 	begin := s.End()
 	for {
@@ -175,6 +175,10 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 		}
 		if len(req.Content) == 0 {
 			break
+		}
+		if err := r.throttle(stream.Context(), spec, len(req.Content)); err != nil {
+			r.abort(p)
+			return nil, err
 		}
 		delta := s.Pending() - s.End()
 		if _, err := s.Write(req.Content); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quire-dev/quire/protocol"
 )
@@ -203,5 +204,68 @@ func TestRouteChangeFencesAnAppendInFlight(t *testing.T) {
 	}
 	if errors.Is(err, context.Canceled) {
 		t.Fatal("append cancelled by the test")
+	}
+}
+
+// An idle spool rolls at its flush interval, so content reaches the store
+// without further appends; fragments past their retention are removed, and
+// reads then skip to the content that remains.
+func TestFlushIntervalAndRetention(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, "log/flushed", 1, func(s *protocol.JournalSpec) {
+		s.Fragment.FlushInterval = durationpb.New(time.Second)
+		s.Fragment.RefreshInterval = durationpb.New(time.Second)
+	})
+	c.appendRetry(b, "log/flushed", []byte("flush me\n"))
+	c.waitPersisted(b, "log/flushed", 9)
+
+	c.journal(b, "log/flushed", 1, func(s *protocol.JournalSpec) {
+		s.Fragment.FlushInterval = durationpb.New(time.Second)
+		s.Fragment.RefreshInterval = durationpb.New(time.Second)
+		s.Fragment.Retention = durationpb.New(time.Second)
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := protocol.NewJournalClient(b.conn).ListFragments(context.Background(),
+			&protocol.FragmentsRequest{Journal: "log/flushed"})
+		if err == nil && len(resp.Fragments) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fragments past retention were not removed: %v %v", resp, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp := c.appendRetry(b, "log/flushed", []byte("kept\n"))
+	if resp.Commit.Begin != 9 {
+		t.Fatalf("append after pruning at %d, want 9: offsets never move back", resp.Commit.Begin)
+	}
+	got, err := readRange(context.Background(), b, "log/flushed", 0, 14)
+	if err == nil || string(got) != "" {
+		// readRange reports the jump from 0 to 9 as an error before any content.
+		t.Logf("read: %q %v", got, err)
+	}
+	if got := readRetry(t, b, "log/flushed", 9, 14); string(got) != "kept\n" {
+		t.Fatalf("read after the gap: %q", got)
+	}
+}
+
+// Appends beyond a journal's max append rate wait for it.
+func TestMaxAppendRateThrottles(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, "log/slow", 1, func(s *protocol.JournalSpec) { s.MaxAppendRate = 1000 })
+	c.appendRetry(b, "log/slow", []byte("x")) // The journal is ready.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	// 5000 bytes at 1000 bytes/s need about four seconds beyond the first
+	// second's burst: the append cannot finish within half a second.
+	resp, err := appendOnce(ctx, b, &protocol.AppendRequest{Journal: "log/slow"}, bytes.Repeat([]byte("y"), 5000))
+	if err == nil && resp.Status == protocol.Status_OK {
+		t.Fatalf("5000 bytes appended within 0.5s at 1000 bytes/s: %v", resp)
+	}
+	if got := c.readAll(b, "log/slow"); string(got) != "x" {
+		t.Fatalf("a throttled, abandoned append left %d bytes", len(got))
 	}
 }

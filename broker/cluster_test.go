@@ -85,7 +85,7 @@ func (c *cluster) start(name, dir string) *testBroker {
 	ctx, b.cancel = context.WithCancel(context.Background())
 	go func() {
 		err := srv.Run(ctx, b.drain)
-		if err != nil && !errors.Is(err, context.Canceled) {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, allocator.ErrMemberGone) {
 			c.t.Logf("broker %s: Run: %v", name, err)
 		}
 		b.done <- err
@@ -118,10 +118,13 @@ func (c *cluster) revokeLease(b *testBroker) {
 	}
 }
 
-func (c *cluster) journal(b *testBroker, name string, replication int32) {
+func (c *cluster) journal(b *testBroker, name string, replication int32, edits ...func(*protocol.JournalSpec)) {
 	c.t.Helper()
 	spec := &protocol.JournalSpec{Name: name, Replication: replication,
 		Fragment: &protocol.JournalSpec_Fragment{Length: 1 << 20}}
+	for _, edit := range edits {
+		edit(spec)
+	}
 	jc := protocol.NewJournalClient(b.conn)
 	var rev int64
 	if list, err := jc.List(context.Background(), &protocol.ListRequest{Selector: "name=" + name}); err == nil && len(list.Journals) == 1 {

@@ -30,6 +30,9 @@ var (
 	persistErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_persist_errors_total", Help: "Failed attempts to persist a fragment (retried).",
 	})
+	fragmentsPruned = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_fragments_pruned_total", Help: "Fragments removed from stores past their journal's retention.",
+	})
 	spoolsRecovered = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_spools_recovered_total", Help: "Spools recovered from local disk at start.",
 	})

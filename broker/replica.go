@@ -8,6 +8,8 @@ import (
 	"io"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/labels"
@@ -47,6 +49,7 @@ type replica struct {
 	registers labels.Set
 	pipe      *pipeline
 	syncer    spool.Syncer
+	limiter   *rate.Limiter // of max_append_rate; nil when unlimited
 }
 
 func newReplica(srv *Server, journal string) *replica {
@@ -85,6 +88,27 @@ func (r *replica) isPrimary() bool {
 	return indexOf(route, r.srv.id) == 0
 }
 
+// throttle waits until n more bytes fit the journal's max append rate. The
+// caller holds the token.
+func (r *replica) throttle(ctx context.Context, spec *protocol.JournalSpec, n int) error {
+	limit := spec.GetMaxAppendRate()
+	if limit <= 0 {
+		r.limiter = nil
+		return nil
+	}
+	if r.limiter == nil || r.limiter.Limit() != rate.Limit(limit) {
+		r.limiter = rate.NewLimiter(rate.Limit(limit), int(min(limit, 1<<30))) // A second's worth.
+	}
+	for n > 0 {
+		step := min(n, r.limiter.Burst())
+		if err := r.limiter.WaitN(ctx, step); err != nil {
+			return err
+		}
+		n -= step
+	}
+	return nil
+}
+
 // acquire takes the token, or fails when ctx is done.
 func (r *replica) acquire(ctx context.Context) error {
 	select {
@@ -119,11 +143,95 @@ func (r *replica) load() {
 		r.srv.log.Error("creating spool failed", "journal", r.journal, "err", err)
 		return
 	}
+	r.maintain()
+}
+
+// maintain keeps the index fresh and, on the primary, rolls idle spools at
+// flush boundaries and removes fragments past their retention, until the
+// replica ends.
+func (r *replica) maintain() {
+	nextRefresh := time.Now()
 	for {
 		spec, _, _ := r.view()
-		if !sleepCtx(r.ctx, refreshInterval(spec)) {
+		now := time.Now()
+		if !now.Before(nextRefresh) {
+			if err := r.refresh(); err != nil {
+				r.srv.log.Warn("refreshing fragments failed", "journal", r.journal, "err", err)
+			}
+			if r.isPrimary() {
+				r.prune(spec)
+			}
+			nextRefresh = now.Add(refreshInterval(spec))
+		}
+		wake := nextRefresh
+		if d := spec.GetFragment().GetFlushInterval().AsDuration(); d > 0 {
+			wake = minTime(wake, now.Truncate(d).Add(d))
+		}
+		if !sleepCtx(r.ctx, time.Until(wake)) {
 			return
 		}
+		if r.isPrimary() {
+			r.flushIfDue()
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// flushIfDue rolls the spool through the pipeline if it holds content
+// begun before the last flush boundary, unless appends keep the token busy
+// (the next append rolls it then).
+func (r *replica) flushIfDue() {
+	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	defer cancel()
+	if r.acquire(ctx) != nil {
+		return
+	}
+	defer r.release()
+	spec, _, _ := r.view()
+	if !shouldRoll(spec, r.spool(), time.Now()) {
+		return
+	}
+	p, err := r.ensurePipeline(ctx)
+	if err == nil {
+		err = r.rollPipeline(p, r.spool().End())
+	}
+	if err != nil {
+		r.dropPipeline()
+		r.srv.log.Warn("rolling spool at flush interval failed", "journal", r.journal, "err", err)
+	}
+}
+
+// prune removes fragments persisted longer ago than the journal's
+// retention from its stores.
+func (r *replica) prune(spec *protocol.JournalSpec) {
+	retention := spec.GetFragment().GetRetention().AsDuration()
+	if retention <= 0 {
+		return
+	}
+	cutoff := time.Now().Add(-retention)
+	removed := false
+	for _, f := range r.index.list(0) {
+		if f.Store == "" || f.ModTime.IsZero() || f.ModTime.After(cutoff) {
+			continue
+		}
+		store, err := r.srv.stores.get(r.ctx, f.Store)
+		if err == nil {
+			err = store.Remove(r.ctx, f)
+		}
+		if err != nil {
+			r.srv.log.Warn("removing expired fragment failed", "fragment", f.Name(), "err", err)
+			continue
+		}
+		fragmentsPruned.Inc()
+		removed = true
+	}
+	if removed {
 		if err := r.refresh(); err != nil {
 			r.srv.log.Warn("refreshing fragments failed", "journal", r.journal, "err", err)
 		}
