@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -82,7 +83,9 @@ func (s *Server) proxyAppend(stream protocol.Journal_AppendServer, first *protoc
 	return stream.SendAndClose(resp)
 }
 
-// append runs an append at the primary.
+// append runs an append at the primary. Appends are sequenced by the
+// replica's token; an fsync before acknowledging happens after the token is
+// released, so that concurrent appends share flushes (group commit).
 func (r *replica) append(ctx context.Context, stream protocol.Journal_AppendServer, first *protocol.AppendRequest) (*protocol.AppendResponse, error) {
 	if err := r.awaitReady(ctx); err != nil {
 		return nil, err
@@ -90,8 +93,16 @@ func (r *replica) append(ctx context.Context, stream protocol.Journal_AppendServ
 	if err := r.acquire(ctx); err != nil {
 		return nil, err
 	}
-	defer r.release()
 	spec, _, _ := r.view()
+	resp, err := r.appendLocked(ctx, stream, first, spec)
+	r.release()
+	if err == nil && resp.Status == protocol.Status_OK && spec.GetFragment().GetFsync() {
+		err = r.syncer.Sync(r.syncCurrent)
+	}
+	return resp, err
+}
+
+func (r *replica) appendLocked(ctx context.Context, stream protocol.Journal_AppendServer, first *protocol.AppendRequest, spec *protocol.JournalSpec) (*protocol.AppendResponse, error) {
 	if spec.GetAccess() == protocol.Access_READ_ONLY {
 		return &protocol.AppendResponse{Status: protocol.Status_NOT_ALLOWED}, nil
 	}
@@ -114,6 +125,16 @@ func (r *replica) append(ctx context.Context, stream protocol.Journal_AppendServ
 		r.dropPipeline()
 	}
 	return resp, err
+}
+
+// syncCurrent flushes the current spool. Spools that rolled were flushed as
+// they rolled (see roll), and a closed spool was persisted.
+func (r *replica) syncCurrent() error {
+	err := r.spool().Sync()
+	if errors.Is(err, spool.ErrClosed) {
+		return nil
+	}
+	return err
 }
 
 // pipelineWithRetry builds the pipeline, retrying transient failures
@@ -212,9 +233,6 @@ func (r *replica) commit(p *pipeline, registers labels.Set) error {
 		return err
 	}
 	if err := s.Commit(registers.String()); err != nil {
-		return err
-	}
-	if err := r.maybeSync(); err != nil {
 		return err
 	}
 	resps, err := p.recv()

@@ -31,7 +31,7 @@ var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Le
 // cluster is several in-process brokers sharing a real etcd and a file
 // fragment store, each with its own gRPC listener and spool directory.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	etcd    *clientv3.Client
 	root    string
 	store   string
@@ -50,7 +50,7 @@ type testBroker struct {
 	done   chan error
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	client, root := etcdtest.Client(t)
 	c := &cluster{t: t, etcd: client, root: root,
 		store: "file://" + filepath.Join(t.TempDir(), "store") + "/", brokers: map[string]*testBroker{}}
@@ -221,7 +221,7 @@ func readRange(ctx context.Context, b *testBroker, journal string, from, to int6
 	return out.Bytes(), nil
 }
 
-func readRetry(t *testing.T, b *testBroker, journal string, from, to int64) []byte {
+func readRetry(t testing.TB, b *testBroker, journal string, from, to int64) []byte {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

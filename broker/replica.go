@@ -362,6 +362,12 @@ func (r *replica) roll(at int64) error {
 	if old.End() == old.Begin {
 		return old.Remove()
 	}
+	if spec.GetFragment().GetFsync() {
+		// Appends acknowledged after this roll flush only the new spool.
+		if err := old.Sync(); err != nil {
+			return err
+		}
+	}
 	r.handOff(spec, old)
 	return nil
 }
