@@ -19,7 +19,15 @@ func newRootCommand() *cobra.Command {
 of brokers, and runs consumer applications whose shards process journals
 exactly once, with state that survives any machine. etcd coordinates both.
 
+Start here:
+  quire dev              run a development cluster (etcd and a broker) in
+                         this process, with its data in ./.quire
+
 Commands available in this build:
+  quire journals         list, apply, edit and delete journals' specs;
+                         append to and read journals; list their fragments
+  quire broker serve     run a broker (drains on SIGTERM)
+  quire bench            measure append and read throughput of a cluster
   quire allocator plan   show what the allocator would assign, for a scenario
                          file or a live fleet in etcd
   quire allocator member join a fleet as a member holding items (drains on
@@ -38,7 +46,8 @@ Commands available in this build:
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newVersionCommand(), newAllocatorCommand())
+	root.AddCommand(newVersionCommand(), newDevCommand(), newJournalsCommand(), newBrokerCommand(),
+		newBenchCommand(), newAllocatorCommand())
 	return root
 }
 
