@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/broker"
+	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/protocol"
+)
+
+func newBrokerCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "broker",
+		Short: "Run a broker, which serves journals",
+	}
+	cmd.AddCommand(newBrokerServeCommand())
+	return cmd
+}
+
+type brokerFlags struct {
+	etcd, prefix, zone, suffix string
+	listen, advertise, dir     string
+	store, metrics             string
+	limit                      int
+	lease                      time.Duration
+}
+
+// envOr is the value of environment variable name, or def if it is unset
+// or empty: flags' defaults come from the environment.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func newBrokerServeCommand() *cobra.Command {
+	var f brokerFlags
+	hostname, _ := os.Hostname()
+	cmd := &cobra.Command{
+		Use:   "serve --etcd ENDPOINTS --dir SPOOLS --store STORE_URL",
+		Short: "Serve journals as a member of the brokers' fleet",
+		Long: `Join the brokers' fleet under --prefix in etcd as broker ZONE#SUFFIX and
+serve the journals the allocator assigns to it, over gRPC on --listen.
+Spools (the journals' current fragments) live under --dir; fragments are
+persisted to each journal's stores, or to --store for journals that name
+none. Every flag but --advertise and --metrics falls back to the
+environment variable named in its help.
+
+SIGTERM (or Ctrl-C) drains: the broker's journals move to other brokers,
+its spools are persisted, and it exits. A second signal exits at once;
+its journals then fail over when its lease expires.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runBrokerServe(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", "http://127.0.0.1:2379"), "comma-separated etcd endpoints (env QUIRE_ETCD)")
+	fl.StringVar(&f.prefix, "prefix", envOr("QUIRE_BROKER_PREFIX", "/quire/brokers/"), "the brokers' key prefix in etcd (env QUIRE_BROKER_PREFIX)")
+	fl.StringVar(&f.zone, "zone", envOr("QUIRE_ZONE", "local"), "the broker's zone, e.g. its availability zone (env QUIRE_ZONE)")
+	fl.StringVar(&f.suffix, "suffix", envOr("QUIRE_SUFFIX", hostname), "the broker's name, unique in its zone (env QUIRE_SUFFIX; default the hostname)")
+	fl.StringVar(&f.listen, "listen", envOr("QUIRE_LISTEN", "127.0.0.1:7700"), "host:port to serve gRPC on (env QUIRE_LISTEN)")
+	fl.StringVar(&f.advertise, "advertise", "", "host:port that other brokers and clients reach this broker at (default: --listen, or HOSTNAME:PORT if it listens on all interfaces)")
+	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_DIR"), "directory of the broker's spools (env QUIRE_DIR)")
+	fl.StringVar(&f.store, "store", os.Getenv("QUIRE_STORE"), "fragment store of journals that name none: file:///DIR/ or s3://BUCKET/PREFIX/?endpoint=HOST:PORT (env QUIRE_STORE)")
+	fl.IntVar(&f.limit, "limit", 1024, "most journals the broker serves")
+	fl.DurationVar(&f.lease, "lease", 10*time.Second, "how long the broker's keys outlive it if it dies")
+	fl.StringVar(&f.metrics, "metrics", "", "host:port serving Prometheus metrics at /metrics (default: none)")
+	return cmd
+}
+
+func (f *brokerFlags) validate() error {
+	if err := validateEndpoints("--etcd", f.etcd); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(f.prefix, "/") || !strings.HasSuffix(f.prefix, "/") {
+		return usagef("--prefix %q: want a key prefix that starts and ends with '/'", f.prefix)
+	}
+	if err := allocator.ValidateToken("--zone", f.zone, false); err != nil {
+		return usageError{err}
+	}
+	if err := allocator.ValidateToken("--suffix", f.suffix, false); err != nil {
+		return usageError{err}
+	}
+	if err := validateHostPort("--listen", f.listen); err != nil {
+		return err
+	}
+	if f.advertise == "" {
+		f.advertise = advertiseFor(f.listen)
+	}
+	if err := validateHostPort("--advertise", f.advertise); err != nil {
+		return err
+	}
+	if f.dir == "" {
+		return usagef("--dir is empty: give the directory of the broker's spools (or set QUIRE_DIR)")
+	}
+	if f.store == "" {
+		return usagef("--store is empty: give the default fragment store, e.g. file:///var/lib/quire/store/ (or set QUIRE_STORE)")
+	}
+	if err := fragment.ValidateURL(f.store); err != nil {
+		return usagef("--store %q: %w", f.store, err)
+	}
+	if f.limit < 1 {
+		return usagef("--limit %d: want at least 1", f.limit)
+	}
+	if f.lease < time.Second {
+		return usagef("--lease %s: want at least 1s", f.lease)
+	}
+	if f.metrics != "" {
+		return validateHostPort("--metrics", f.metrics)
+	}
+	return nil
+}
+
+func validateEndpoints(flag, endpoints string) error {
+	if strings.TrimSpace(endpoints) == "" {
+		return usagef("%s is empty: give etcd endpoints such as http://127.0.0.1:2379", flag)
+	}
+	for _, e := range strings.Split(endpoints, ",") {
+		if strings.TrimSpace(e) == "" {
+			return usagef("%s %q: an endpoint is empty", flag, endpoints)
+		}
+	}
+	return nil
+}
+
+func validateHostPort(flag, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("%s %q: want host:port: %w", flag, addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return usagef("%s %q: port %q is not a number from 0 to 65535", flag, addr, port)
+	}
+	return nil
+}
+
+// advertiseFor is the address to advertise for a listen address: itself,
+// unless it listens on every interface, in which case the hostname.
+func advertiseFor(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen // validate reports it.
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if name, err := os.Hostname(); err == nil {
+			return net.JoinHostPort(name, port)
+		}
+	}
+	return listen
+}
+
+func runBrokerServe(ctx context.Context, f brokerFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	etcd, err := dialEtcd(ctx, f.etcd, f.prefix)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	srv, err := broker.New(broker.Config{
+		Etcd: etcd, Root: f.prefix, Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise,
+		Dir: f.dir, DefaultStore: f.store, Limit: f.limit, LeaseTTL: f.lease, Logger: slog.Default(),
+	})
+	if err != nil {
+		return usageError{err}
+	}
+	lis, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", f.listen, err)
+	}
+	stopMetrics, err := serveMetrics(f.metrics)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	defer stopMetrics()
+	ctx, drain, stop := drainSignals(ctx)
+	defer stop()
+	slog.Info("broker serving", "broker", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),
+		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "dir", f.dir, "store", f.store)
+	err = serveBroker(ctx, drain, srv, lis)
+	switch {
+	case err == nil:
+		slog.Info("broker drained and stopped")
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		err = errors.New("stopped at once, without draining: its journals fail over when its lease expires")
+	}
+	return err
+}
+
+// dialEtcd connects to etcd, and checks that it answers.
+func dialEtcd(ctx context.Context, endpoints, prefix string) (*clientv3.Client, error) {
+	var eps []string
+	for _, e := range strings.Split(endpoints, ",") {
+		eps = append(eps, strings.TrimSpace(e))
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.Get(pingCtx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("etcd %s does not answer: %w", endpoints, err)
+	}
+	return c, nil
+}
+
+// serveBroker serves srv's gRPC on lis while srv runs, and stops serving
+// once Run returns: at once if ctx is done, after draining if drain is
+// closed. A failure to serve stops the broker.
+func serveBroker(ctx context.Context, drain <-chan struct{}, srv *broker.Server, lis net.Listener) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	gs := grpc.NewServer()
+	protocol.RegisterJournalServer(gs, srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := gs.Serve(lis); err != nil {
+			cancel(fmt.Errorf("serving gRPC on %s: %w", lis.Addr(), err))
+		}
+	}()
+	err := srv.Run(ctx, drain)
+	stopGRPC(gs, 5*time.Second)
+	<-served
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// stopGRPC stops gs gracefully, or at once after timeout: blocking reads
+// would otherwise hold it forever.
+func stopGRPC(gs *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { defer close(done); gs.GracefulStop() }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		gs.Stop()
+		<-done
+	}
+}
+
+// serveMetrics serves Prometheus metrics at addr/metrics, if addr is not
+// empty. The returned function stops it.
+func serveMetrics(addr string) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("serving metrics", "addr", addr, "err", err)
+		}
+	}()
+	slog.Info("serving metrics", "url", "http://"+lis.Addr().String()+"/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Shutdown(ctx)
+		<-done
+	}, nil
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/etcdtest"
+)
+
+// broker serve joins the fleet, serves journals, and drains on SIGTERM.
+func TestBrokerServe(t *testing.T) {
+	etcd, root := etcdtest.Client(t)
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	t.Setenv("QUIRE_DIR", t.TempDir()) // Flags fall back to the environment.
+	done := make(chan result, 1)
+	go func() {
+		done <- quire(context.Background(), nil, "broker", "serve", "--etcd", etcdtest.Shared(t).Endpoint(),
+			"--prefix", root, "--zone", "z1", "--suffix", "serve", "--listen", addr,
+			"--store", "file://"+t.TempDir()+"/", "--lease", "3s", "--log-level", "warn")
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := awaitKey(ctx, etcd, allocator.MemberKey(root, "z1", "serve")); err != nil {
+		t.Fatalf("broker never announced itself: %v", err)
+	}
+	must(t, addr, strings.NewReader("journals: [{name: served/j, replication: 1}]\n"), "journals", "apply", "-f", "-")
+	must(t, addr, strings.NewReader("served"), "journals", "append", "-j", "served/j")
+	if got := must(t, addr, nil, "journals", "read", "-j", "served/j").stdout; got != "served" {
+		t.Errorf("read %q", got)
+	}
+	// Drain. Alone, the broker cannot hand its journal to another; delete
+	// it so that the drain completes.
+	must(t, addr, nil, "journals", "delete", "served/j")
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("broker serve returned %v after draining, want nil", r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("broker serve did not exit after SIGTERM")
+	}
+	resp, err := etcd.Get(context.Background(), allocator.MemberKey(root, "z1", "serve"))
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("member key after the drain: %v, %v", resp.Kvs, err)
+	}
+}
+
+func TestBrokerServeFlags(t *testing.T) {
+	t.Setenv("QUIRE_DIR", "")
+	t.Setenv("QUIRE_STORE", "")
+	base := []string{"broker", "serve", "--dir", "/tmp/spools", "--store", "file:///tmp/store/"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--prefix", "quire/"}, `--prefix "quire/"`},
+		{[]string{"--zone", "a#b"}, "--zone"},
+		{[]string{"--suffix", "a/b"}, "--suffix"},
+		{[]string{"--listen", "7700"}, `--listen "7700"`},
+		{[]string{"--advertise", "host:port"}, `--advertise "host:port"`},
+		{[]string{"--store", "file://relative/"}, `--store "file://relative/"`},
+		{[]string{"--store", ""}, "--store is empty"},
+		{[]string{"--dir", ""}, "--dir is empty"},
+		{[]string{"--limit", "0"}, "--limit 0"},
+		{[]string{"--lease", "100ms"}, "--lease 100ms"},
+		{[]string{"--metrics", "nowhere"}, `--metrics "nowhere"`},
+		{[]string{"--etcd", ""}, "--etcd is empty"},
+		{[]string{"--limit", "many"}, `"many"`},
+	} {
+		r := quire(context.Background(), nil, append(base, tc.args...)...)
+		if !errors.As(r.err, new(usageError)) || !strings.Contains(r.err.Error(), tc.want) {
+			t.Errorf("%v: err %v, want a usage error naming %q", tc.args, r.err, tc.want)
+		}
+	}
+}

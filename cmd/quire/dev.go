@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/broker"
+	"github.com/quire-dev/quire/internal/devetcd"
+)
+
+// The dev cluster's fixed names: one broker, in etcd under the brokers'
+// usual prefix.
+const (
+	devPrefix = "/quire/brokers/"
+	devZone   = "local"
+	devSuffix = "dev"
+)
+
+type devFlags struct {
+	dir                          string
+	port, etcdPort, etcdPeerPort int
+}
+
+func newDevCommand() *cobra.Command {
+	var f devFlags
+	cmd := &cobra.Command{
+		Use:   "dev [--dir DIR]",
+		Short: "Run a development cluster: etcd and a broker, in this process",
+		Long: `Run a complete Quire cluster for development in one process: an embedded
+etcd and one broker, listening on loopback. Everything lives under --dir:
+etcd's data in DIR/etcd, the broker's spools in DIR/spools, and journals'
+fragments in the file store DIR/store/. Run it again on the same directory
+and it serves everything written before.
+
+Once it prints "ready", every 'quire journals' command works with no flags,
+from another terminal. Ctrl-C stops it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runDev(cmd.Context(), cmd.OutOrStdout(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dir, "dir", ".quire", "directory of the cluster's data")
+	fl.IntVar(&f.port, "port", 7700, "loopback port of the broker's gRPC")
+	fl.IntVar(&f.etcdPort, "etcd-port", 7701, "loopback port of etcd's clients")
+	fl.IntVar(&f.etcdPeerPort, "etcd-peer-port", 0, "loopback port of etcd's peer listener (default --etcd-port + 1)")
+	return cmd
+}
+
+func (f *devFlags) validate() error {
+	if f.etcdPeerPort == 0 {
+		f.etcdPeerPort = f.etcdPort + 1
+	}
+	for _, p := range []struct {
+		flag string
+		port int
+	}{{"--port", f.port}, {"--etcd-port", f.etcdPort}, {"--etcd-peer-port", f.etcdPeerPort}} {
+		if p.port < 1 || p.port > 65535 {
+			return usagef("%s %d: want a port from 1 to 65535", p.flag, p.port)
+		}
+	}
+	if f.port == f.etcdPort || f.port == f.etcdPeerPort || f.etcdPort == f.etcdPeerPort {
+		return usagef("--port %d, --etcd-port %d and --etcd-peer-port %d: want three different ports",
+			f.port, f.etcdPort, f.etcdPeerPort)
+	}
+	if f.dir == "" {
+		return usagef("--dir is empty")
+	}
+	return nil
+}
+
+func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(f.dir)
+	if err != nil {
+		return usagef("--dir %q: %w", f.dir, err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "spools"), filepath.Join(dir, "store")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	unlock, err := lockDevDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(f.port))
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--port %d: %s is in use or cannot be bound (another quire dev?): %w", f.port, addr, err)
+	}
+	defer lis.Close()
+	etcd, err := devetcd.Start(devetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: f.etcdPort, PeerPort: f.etcdPeerPort})
+	if err != nil {
+		return fmt.Errorf("starting etcd (--etcd-port %d, --etcd-peer-port %d): %w", f.etcdPort, f.etcdPeerPort, err)
+	}
+	defer etcd.Close()
+	client, err := etcd.Client()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	return runDevBroker(ctx, stdout, devCluster{dir: dir, etcd: etcd, client: client, lis: lis})
+}
+
+// devCluster is what runDevBroker runs a broker on.
+type devCluster struct {
+	dir    string
+	etcd   *devetcd.Server
+	client *clientv3.Client
+	lis    net.Listener
+}
+
+func (d devCluster) store() string { return "file://" + filepath.Join(d.dir, "store") + "/" }
+
+// runDevBroker runs the dev cluster's broker until a signal (or ctx)
+// stops it, and then removes its member key.
+func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
+	memberKey := allocator.MemberKey(devPrefix, devZone, devSuffix)
+	// This process holds the directory's lock, so a member key of ours in
+	// etcd was left by a quire dev that died: remove it rather than wait
+	// for its lease to expire.
+	if removed, err := revokeMember(ctx, d.client, memberKey); err != nil {
+		return err
+	} else if removed {
+		slog.Info("removed the broker's member key that a previous quire dev left")
+	}
+	srv, err := broker.New(broker.Config{
+		Etcd: d.client, Root: devPrefix, Zone: devZone, Suffix: devSuffix, Endpoint: d.lis.Addr().String(),
+		Dir: filepath.Join(d.dir, "spools"), DefaultStore: d.store(), Logger: slog.Default(),
+	})
+	if err != nil {
+		return err
+	}
+	sigCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	brokerCtx, cancelBroker := context.WithCancel(sigCtx)
+	defer cancelBroker()
+	runDone := make(chan error, 1)
+	go func() { runDone <- serveBroker(brokerCtx, nil, srv, d.lis) }()
+
+	err = awaitKey(brokerCtx, d.client, memberKey)
+	if err == nil {
+		printDevBanner(stdout, d)
+		select {
+		case <-sigCtx.Done():
+		case err = <-d.etcd.Err():
+			err = fmt.Errorf("etcd failed: %w", err)
+		case err = <-runDone:
+			runDone <- err
+		}
+	}
+	stopSignals() // A second Ctrl-C now kills the process.
+	slog.Info("stopping")
+	cancelBroker()
+	if runErr := <-runDone; err == nil && runErr != nil && !errors.Is(runErr, context.Canceled) {
+		err = fmt.Errorf("broker stopped: %w", runErr)
+	}
+	if _, rerr := revokeMember(context.WithoutCancel(ctx), d.client, memberKey); rerr != nil {
+		slog.Warn("removing the broker's member key", "err", rerr)
+	}
+	if err != nil && sigCtx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil // Stopped by a signal before it was ready.
+	}
+	if err == nil {
+		slog.Info("stopped; data kept", "dir", d.dir)
+	}
+	return err
+}
+
+// revokeMember revokes the lease of member key, if it exists, which
+// deletes it and the member's assignments.
+func revokeMember(ctx context.Context, c *clientv3.Client, key string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("reading member key %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return false, nil
+	}
+	if lease := clientv3.LeaseID(resp.Kvs[0].Lease); lease != clientv3.NoLease {
+		if _, err := c.Revoke(ctx, lease); err != nil {
+			return false, fmt.Errorf("revoking the lease of member key %s: %w", key, err)
+		}
+		return true, nil
+	}
+	if _, err := c.Delete(ctx, key); err != nil {
+		return false, fmt.Errorf("deleting member key %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// awaitKey returns once key exists in etcd.
+func awaitKey(ctx context.Context, c *clientv3.Client, key string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := c.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", key, err)
+	}
+	if len(resp.Kvs) > 0 {
+		return nil
+	}
+	for wr := range c.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("watching %s: %w", key, err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.PUT {
+				return nil
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+func printDevBanner(w io.Writer, d devCluster) {
+	addr := d.lis.Addr().String()
+	brokerFlag := ""
+	if addr != defaultBroker {
+		brokerFlag = " --broker " + addr
+	}
+	fmt.Fprintf(w, `  broker  %s   (clients: export QUIRE_BROKER=%s)
+  etcd    %s   (brokers under %s)
+  data    %s   (fragments in %s)
+
+Try it, from another terminal:
+  printf 'journals:\n  - name: examples/hello\n    replication: 1\n' > hello.yaml
+  quire journals apply -f hello.yaml%s
+  echo 'hello, world' | quire journals append -j examples/hello%s
+  quire journals read -j examples/hello%s
+  quire journals list%s
+
+quire dev: ready (Ctrl-C stops it; the data stays in %s)
+`, addr, addr, d.etcd.Endpoint(), devPrefix, d.dir, d.store(), brokerFlag, brokerFlag, brokerFlag, brokerFlag, d.dir)
+}
+
+// lockDevDir takes an exclusive lock on dir, so that two quire dev never
+// share it; the returned function releases it. The lock file holds the
+// holder's process ID, for the error another quire dev reports.
+func lockDevDir(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, "lock")
+	f, err := fileutil.TryLockFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if errors.Is(err, fileutil.ErrLocked) {
+		holder := "another process"
+		if pid, _ := os.ReadFile(path); len(bytes.TrimSpace(pid)) > 0 {
+			holder = "process " + string(bytes.TrimSpace(pid))
+		}
+		return nil, fmt.Errorf("%s is in use by another quire dev (%s); stop it, or give another --dir", dir, holder)
+	} else if err != nil {
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() {
+		f.Truncate(0)
+		f.Close() // Releases the lock.
+	}, nil
+}

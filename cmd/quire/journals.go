@@ -1,0 +1,657 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/labels"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// defaultBroker is the broker of `quire dev`, which journals commands use
+// when neither --broker nor QUIRE_BROKER names one.
+const defaultBroker = "127.0.0.1:7700"
+
+// applyBatch is the most changes sent in one Apply: each batch is one
+// etcd transaction, which etcd bounds (--max-txn-ops, 128 by default).
+const applyBatch = 100
+
+// journalsFlags are the flags of every journals command.
+type journalsFlags struct {
+	broker  string
+	timeout time.Duration
+}
+
+func newJournalsCommand() *cobra.Command {
+	jf := &journalsFlags{}
+	cmd := &cobra.Command{
+		Use:   "journals",
+		Short: "List, create, change, delete, append to and read journals",
+		Long: `Commands on the journals of a fleet of brokers, through any broker: --broker,
+else $QUIRE_BROKER, else ` + defaultBroker + ` (the broker of 'quire dev').
+
+Specs are written in spec files (YAML):
+
+  defaults: {replication: 1}
+  journals:
+    - name: examples/hello
+      labels: {app: hello}
+      fragment: {length: 64MiB, codec: zstd, flushInterval: 1m}
+
+'list -o yaml' prints one, 'apply -f' applies one, 'edit' edits one in
+$EDITOR. Selectors (-l) match journals' labels, and the meta-labels
+name=NAME and prefix=P (each prefix of the name ending in '/'):
+"app=hello", "prefix=examples/", "region in (eu, us), !deprecated".
+
+Errors are printed on standard error with a non-zero exit; bad input
+(flags, selectors, spec files) exits with 2 and changes nothing.`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	pf.DurationVar(&jf.timeout, "timeout", 10*time.Second, "how long to wait for a broker to answer (reads and appends: to find the journal)")
+	cmd.AddCommand(
+		newJournalsListCommand(jf), newJournalsApplyCommand(jf), newJournalsEditCommand(jf),
+		newJournalsDeleteCommand(jf), newJournalsAppendCommand(jf), newJournalsReadCommand(jf),
+		newJournalsFragmentsCommand(jf),
+	)
+	return cmd
+}
+
+// connect validates the flags and returns a client of the broker.
+func (jf *journalsFlags) connect(ctx context.Context) (*client.Client, error) {
+	if err := validateHostPort("--broker", jf.broker); err != nil {
+		return nil, err
+	}
+	if jf.timeout <= 0 {
+		return nil, usagef("--timeout %s: want a positive duration", jf.timeout)
+	}
+	return client.New(ctx, client.Config{Broker: jf.broker})
+}
+
+// brokerError explains a request that failed, for a person.
+func (jf *journalsFlags) brokerError(what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: no answer from broker %s within %s (is it running? 'quire dev' starts one; --broker or QUIRE_BROKER names another): %w",
+			what, jf.broker, jf.timeout, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// list lists the journals matching selector, within --timeout.
+func (jf *journalsFlags) list(ctx context.Context, c *client.Client, selector string) ([]*protocol.ListResponse_Journal, error) {
+	ctx, cancel := context.WithTimeout(ctx, jf.timeout)
+	defer cancel()
+	js, err := c.ListAll(ctx, selector)
+	if err != nil {
+		return nil, jf.brokerError("listing journals", err)
+	}
+	return js, nil
+}
+
+// lookup returns journal name, or an error if it does not exist.
+func (jf *journalsFlags) lookup(ctx context.Context, c *client.Client, name string) (*protocol.ListResponse_Journal, error) {
+	js, err := jf.list(ctx, c, protocol.LabelName+"="+name)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range js {
+		if j.GetSpec().GetName() == name {
+			return j, nil
+		}
+	}
+	return nil, fmt.Errorf("journal %q not found ('quire journals list' lists the journals)", name)
+}
+
+func parseSelectorFlag(flag, sel string) error {
+	if _, err := labels.ParseSelector(sel); err != nil {
+		return usagef("%s: %w", flag, err)
+	}
+	return nil
+}
+
+func checkOutput(output string, allowed ...string) error {
+	if !slices.Contains(allowed, output) {
+		return usagef("--output %q: want %s", output, strings.Join(allowed, ", "))
+	}
+	return nil
+}
+
+// ---- list ----
+
+func newJournalsListCommand(jf *journalsFlags) *cobra.Command {
+	var selector, output string
+	cmd := &cobra.Command{
+		Use:   "list [-l SELECTOR] [-o table|yaml|json]",
+		Short: "List journals: their replication, route and labels",
+		Long: `List the journals whose labels match the selector (all, without -l).
+
+  table  name, replication, route (brokers as zone/suffix, the primary first), labels
+  yaml   a spec file of the journals, which 'apply -f' reads back
+  json   the journals' specs with their etcd revisions and routes`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runList(cmd.Context(), cmd.OutOrStdout(), jf, selector, output)
+		},
+	}
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, such as app=hello or prefix=examples/")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	return cmd
+}
+
+func runList(ctx context.Context, stdout io.Writer, jf *journalsFlags, selector, output string) error {
+	if err := checkOutput(output, "table", "yaml", "json"); err != nil {
+		return err
+	}
+	if err := parseSelectorFlag("--selector", selector); err != nil {
+		return err
+	}
+	c, err := jf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	js, err := jf.list(ctx, c, selector)
+	if err != nil {
+		return err
+	}
+	var out []byte
+	switch output {
+	case "yaml":
+		out, err = protocol.FormatSpecFile(specsOf(js))
+	case "json":
+		out, err = marshalJSON(&protocol.ListResponse{Journals: js})
+	default:
+		out = journalsTable(js)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(out)
+	return err
+}
+
+func specsOf(js []*protocol.ListResponse_Journal) []*protocol.JournalSpec {
+	out := make([]*protocol.JournalSpec, len(js))
+	for i, j := range js {
+		out[i] = j.GetSpec()
+	}
+	return out
+}
+
+func marshalJSON(m proto.Message) ([]byte, error) {
+	out, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encoding JSON: %w", err)
+	}
+	return append(out, '\n'), nil
+}
+
+func journalsTable(js []*protocol.ListResponse_Journal) []byte {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tREPLICATION\tROUTE\tLABELS")
+	for _, j := range js {
+		s := j.GetSpec()
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", s.GetName(), s.GetReplication(), routeText(j.GetRoute()),
+			orDash(protocol.LabelsOf(s.GetLabels()).String()))
+	}
+	tw.Flush()
+	return b.Bytes()
+}
+
+// routeText is a route's brokers, zone/suffix, primary first.
+func routeText(rt *protocol.Route) string {
+	var names []string
+	for _, m := range rt.GetMembers() {
+		names = append(names, m.GetZone()+"/"+m.GetSuffix())
+	}
+	return orDash(strings.Join(names, ","))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ---- apply ----
+
+func newJournalsApplyCommand(jf *journalsFlags) *cobra.Command {
+	var file string
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "apply -f SPECS.yaml [--dry-run]",
+		Short: "Create and update journals from a spec file",
+		Long: `Create the journals of a spec file that do not exist, and update those whose
+spec differs, each conditioned on the revision listed just before: if a
+journal changed meanwhile, nothing (of that batch of 100) is applied.
+Journals missing from the file are left alone. --dry-run prints what would
+change and changes nothing. '-f -' reads standard input.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runApply(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), jf, file, dryRun)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "spec file; - reads standard input")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, and change nothing")
+	return cmd
+}
+
+func runApply(ctx context.Context, stdin io.Reader, stdout io.Writer, jf *journalsFlags, file string, dryRun bool) error {
+	specs, err := readSpecFile(stdin, file)
+	if err != nil {
+		return err
+	}
+	c, err := jf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	current, err := jf.list(ctx, c, "")
+	if err != nil {
+		return err
+	}
+	changes := planUpserts(specs, byName(current))
+	return applyAndReport(ctx, c, stdout, jf, changes, dryRun)
+}
+
+func readSpecFile(stdin io.Reader, file string) ([]*protocol.JournalSpec, error) {
+	var data []byte
+	var err error
+	switch file {
+	case "":
+		return nil, usagef("give a spec file with -f (- reads standard input)")
+	case "-":
+		data, err = io.ReadAll(stdin)
+	default:
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, usagef("reading spec file: %w", err)
+	}
+	specs, err := protocol.ParseSpecFile(data)
+	if err != nil {
+		return nil, usagef("spec file %s: %w", file, err)
+	}
+	if len(specs) == 0 {
+		return nil, usagef("spec file %s lists no journals", file)
+	}
+	return specs, nil
+}
+
+func byName(js []*protocol.ListResponse_Journal) map[string]*protocol.ListResponse_Journal {
+	m := make(map[string]*protocol.ListResponse_Journal, len(js))
+	for _, j := range js {
+		m[j.GetSpec().GetName()] = j
+	}
+	return m
+}
+
+// change is what applying a spec (or deleting a journal) does.
+type change struct {
+	name   string
+	action string   // created, updated, unchanged or deleted
+	diff   []string // for updated: "field: old → new"
+	req    *protocol.ApplyRequest_Change
+}
+
+// planUpserts compares specs with the current journals.
+func planUpserts(specs []*protocol.JournalSpec, current map[string]*protocol.ListResponse_Journal) []change {
+	var out []change
+	for _, s := range specs {
+		cur, ok := current[s.GetName()]
+		switch {
+		case !ok:
+			out = append(out, change{name: s.Name, action: "created",
+				req: &protocol.ApplyRequest_Change{Upsert: s}})
+		case proto.Equal(cur.GetSpec(), s):
+			out = append(out, change{name: s.Name, action: "unchanged"})
+		default:
+			out = append(out, change{name: s.Name, action: "updated", diff: specDiff(cur.GetSpec(), s),
+				req: &protocol.ApplyRequest_Change{Upsert: s, ExpectModRevision: cur.GetModRevision()}})
+		}
+	}
+	return out
+}
+
+// applyAndReport applies the changes in batches, and prints each change,
+// in order, once its batch is applied; with dryRun, it applies nothing.
+func applyAndReport(ctx context.Context, c *client.Client, stdout io.Writer, jf *journalsFlags, changes []change, dryRun bool) error {
+	var pending []change // Printed once the batch of changes among them is applied.
+	var batch []change
+	flush := func() error {
+		if len(batch) > 0 && !dryRun {
+			if err := jf.apply(ctx, c, batch); err != nil {
+				return err
+			}
+		}
+		for _, ch := range pending {
+			printChange(stdout, ch, dryRun)
+		}
+		pending, batch = pending[:0], batch[:0]
+		return nil
+	}
+	for _, ch := range changes {
+		pending = append(pending, ch)
+		if ch.req == nil {
+			continue
+		}
+		batch = append(batch, ch)
+		if len(batch) == applyBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if dryRun {
+		fmt.Fprintln(stdout, "dry run: nothing was changed")
+	}
+	return nil
+}
+
+// apply applies one batch of changes atomically.
+func (jf *journalsFlags) apply(ctx context.Context, c *client.Client, batch []change) error {
+	req := &protocol.ApplyRequest{}
+	var names []string
+	for _, ch := range batch {
+		req.Changes = append(req.Changes, ch.req)
+		names = append(names, ch.name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, jf.timeout)
+	defer cancel()
+	if _, err := c.Apply(ctx, req); err != nil {
+		if errors.Is(err, client.ErrRevisionMismatch) {
+			return fmt.Errorf("journals %s changed since they were listed, so none of them was changed: run the command again",
+				strings.Join(names, ", "))
+		}
+		return jf.brokerError("applying changes to "+strings.Join(names, ", "), err)
+	}
+	return nil
+}
+
+func printChange(w io.Writer, ch change, dryRun bool) {
+	verb := ch.action
+	if dryRun && ch.action != "unchanged" {
+		verb = "would be " + ch.action
+	}
+	fmt.Fprintf(w, "%s: %s\n", ch.name, verb)
+	for _, d := range ch.diff {
+		fmt.Fprintf(w, "  %s\n", d)
+	}
+}
+
+// specDiff describes the fields that differ between two specs, as their
+// spec-file paths: "fragment.length: 128MiB → 64MiB".
+func specDiff(old, new *protocol.JournalSpec) []string {
+	a, b := specFields(old), specFields(new)
+	keys := make(map[string]bool)
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	var out []string
+	for k := range keys {
+		if a[k] != b[k] {
+			out = append(out, fmt.Sprintf("%s: %s → %s", k, orUnset(a[k]), orUnset(b[k])))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "(unset)"
+	}
+	return s
+}
+
+// specFields flattens a spec's spec-file form into field paths and values.
+func specFields(s *protocol.JournalSpec) map[string]string {
+	out := make(map[string]string)
+	data, err := protocol.FormatSpecFile([]*protocol.JournalSpec{s})
+	if err != nil {
+		out["(spec)"] = err.Error()
+		return out
+	}
+	var doc struct {
+		Journals []map[string]any `yaml:"journals"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Journals) != 1 {
+		out["(spec)"] = string(data)
+		return out
+	}
+	flatten("", doc.Journals[0], out)
+	return out
+}
+
+func flatten(path string, v any, out map[string]string) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			flatten(p, e, out)
+		}
+	case []any:
+		parts := make([]string, len(t))
+		for i, e := range t {
+			parts[i] = fmt.Sprint(e)
+		}
+		out[path] = "[" + strings.Join(parts, ", ") + "]"
+	default:
+		out[path] = fmt.Sprint(t)
+	}
+}
+
+// ---- edit ----
+
+func newJournalsEditCommand(jf *journalsFlags) *cobra.Command {
+	var selector string
+	cmd := &cobra.Command{
+		Use:   "edit (-l SELECTOR | NAME...)",
+		Short: "Edit journals' specs in $EDITOR, and apply the changes",
+		Long: `Write the selected journals' specs to a temporary spec file, open it in
+$EDITOR (else vi), and when the editor exits, apply what changed,
+conditioned on the revisions read: if a journal changed meanwhile, nothing
+is applied. Journals added to the file are created; journals removed from
+it are left alone ('quire journals delete' deletes). If the edited file is
+not a valid spec file, nothing is applied and the file is kept.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runEdit(cmd.Context(), cmd.OutOrStdout(), jf, selector, args)
+		},
+	}
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector of the journals to edit")
+	return cmd
+}
+
+func runEdit(ctx context.Context, stdout io.Writer, jf *journalsFlags, selector string, names []string) error {
+	sel, err := selectorFor(selector, names, false)
+	if err != nil {
+		return err
+	}
+	c, err := jf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	js, err := jf.list(ctx, c, sel)
+	if err != nil {
+		return err
+	}
+	if len(js) == 0 {
+		return fmt.Errorf("no journals match %q", sel)
+	}
+	path, err := writeEditFile(js)
+	if err != nil {
+		return err
+	}
+	if err := runEditor(ctx, path); err != nil {
+		return fmt.Errorf("%w (the specs are in %s)", err, path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading the edited spec file: %w", err)
+	}
+	specs, err := protocol.ParseSpecFile(data)
+	if err != nil {
+		return usagef("the edited spec file is not valid, so nothing was changed: %w\nyour edits are kept in %s", err, path)
+	}
+	changes := planUpserts(specs, byName(js))
+	if !slices.ContainsFunc(changes, func(ch change) bool { return ch.req != nil }) {
+		os.Remove(path)
+		fmt.Fprintln(stdout, "no changes")
+		return nil
+	}
+	var edited []change
+	for _, ch := range changes {
+		if ch.req != nil {
+			edited = append(edited, ch)
+		}
+	}
+	if err := applyAndReport(ctx, c, stdout, jf, edited, false); err != nil {
+		return fmt.Errorf("%w\nyour edits are kept in %s", err, path)
+	}
+	os.Remove(path)
+	return nil
+}
+
+const editHeader = `# Edit the journals below, then save and quit to apply the changes.
+# Journals added here are created; journals removed from here are kept
+# (quire journals delete deletes them). An invalid file changes nothing.
+`
+
+func writeEditFile(js []*protocol.ListResponse_Journal) (string, error) {
+	data, err := protocol.FormatSpecFile(specsOf(js))
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp("", "quire-edit-*.yaml")
+	if err != nil {
+		return "", fmt.Errorf("creating the file to edit: %w", err)
+	}
+	_, err = f.Write(append([]byte(editHeader), data...))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+	return f.Name(), nil
+}
+
+// runEditor runs $EDITOR (else vi) on path, on the terminal.
+func runEditor(ctx context.Context, path string) error {
+	editor := strings.Fields(os.Getenv("EDITOR"))
+	if len(editor) == 0 {
+		editor = []string{"vi"}
+	}
+	cmd := exec.CommandContext(ctx, editor[0], append(editor[1:], path)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("editor %q failed, so nothing was changed: %w", strings.Join(editor, " "), err)
+	}
+	return nil
+}
+
+// selectorFor is the selector of -l SELECTOR or journal names (one of
+// them is required; all allows neither, selecting every journal).
+func selectorFor(selector string, names []string, all bool) (string, error) {
+	switch {
+	case selector != "" && len(names) > 0:
+		return "", usagef("give -l SELECTOR or journal names, not both")
+	case all && (selector != "" || len(names) > 0):
+		return "", usagef("--all selects every journal: give no -l or names with it")
+	case all:
+		return "", nil
+	case selector != "":
+		return selector, parseSelectorFlag("--selector", selector)
+	case len(names) == 0:
+		return "", usagef("give -l SELECTOR or journal names")
+	}
+	for _, n := range names {
+		if err := protocol.ValidateJournalName(n); err != nil {
+			return "", usagef("journal name %q: %w", n, err)
+		}
+	}
+	return fmt.Sprintf("%s in (%s)", protocol.LabelName, strings.Join(names, ", ")), nil
+}
+
+// ---- delete ----
+
+func newJournalsDeleteCommand(jf *journalsFlags) *cobra.Command {
+	var selector string
+	var all, dryRun bool
+	cmd := &cobra.Command{
+		Use:   "delete (-l SELECTOR | NAME... | --all) [--dry-run]",
+		Short: "Delete journals",
+		Long: `Delete the journals matching -l SELECTOR, or named, each conditioned on the
+revision listed just before. Their fragments stay in the stores. An empty
+selector is refused: --all deletes every journal.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runDelete(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), jf, selector, args, all, dryRun)
+		},
+	}
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector of the journals to delete")
+	cmd.Flags().BoolVar(&all, "all", false, "delete every journal")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be deleted, and delete nothing")
+	return cmd
+}
+
+func runDelete(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, selector string, names []string, all, dryRun bool) error {
+	sel, err := selectorFor(selector, names, all)
+	if err != nil {
+		return err
+	}
+	c, err := jf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	js, err := jf.list(ctx, c, sel)
+	if err != nil {
+		return err
+	}
+	found := byName(js)
+	for _, n := range names {
+		if found[n] == nil {
+			return fmt.Errorf("journal %q not found, so nothing was deleted", n)
+		}
+	}
+	if len(js) == 0 {
+		fmt.Fprintf(stderr, "no journals match %q\n", sel)
+		return nil
+	}
+	var changes []change
+	for _, j := range js {
+		name := j.GetSpec().GetName()
+		changes = append(changes, change{name: name, action: "deleted",
+			req: &protocol.ApplyRequest_Change{Delete: name, ExpectModRevision: j.GetModRevision()}})
+	}
+	return applyAndReport(ctx, c, stdout, jf, changes, dryRun)
+}
