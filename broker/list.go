@@ -21,6 +21,7 @@ func (s *Server) List(ctx context.Context, req *protocol.ListRequest) (*protocol
 	if err := req.Validate(); err != nil {
 		return nil, protocol.InvalidArgument(err)
 	}
+	s.awaitRevision(ctx, 0)
 	sel, err := labels.ParseSelector(req.Selector)
 	if err != nil {
 		return nil, protocol.InvalidArgument(err)
@@ -45,6 +46,7 @@ func (s *Server) Apply(ctx context.Context, req *protocol.ApplyRequest) (*protoc
 	if err := req.Validate(); err != nil {
 		return nil, protocol.InvalidArgument(err)
 	}
+	s.awaitRevision(ctx, 0)
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for _, c := range req.Changes {

@@ -109,7 +109,11 @@ func (r *replica) ensurePipeline(ctx context.Context) (*pipeline, error) {
 		return nil, err
 	}
 	r.pipe = p
-	r.srv.markSynchronized(r.journal, route)
+	// Tell maintain to record the route in the assignments.
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
 	return p, nil
 }
 

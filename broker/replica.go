@@ -3,12 +3,13 @@ package broker
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/fragment"
@@ -44,6 +45,10 @@ type replica struct {
 
 	// token is held by whoever writes the spool: the append in progress on
 	// the primary, or the pipeline stream on another replica.
+	// kick wakes maintain when the route changes, for the primary to
+	// synchronize the new route even while no one appends.
+	kick chan struct{}
+
 	token chan struct{}
 	// Guarded by token:
 	registers labels.Set
@@ -57,6 +62,7 @@ func newReplica(srv *Server, journal string) *replica {
 	r := &replica{
 		srv: srv, journal: journal, ctx: ctx, cancel: cancel, index: newIndex(),
 		headCh: make(chan struct{}), ready: make(chan struct{}), token: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1),
 	}
 	r.routeCtx, r.routeStop = context.WithCancel(ctx)
 	r.token <- struct{}{}
@@ -72,6 +78,12 @@ func (r *replica) update(spec *protocol.JournalSpec, route *protocol.Route) {
 	if r.route != nil && !sameRoute(r.route, route) {
 		r.routeStop()
 		r.routeCtx, r.routeStop = context.WithCancel(r.ctx)
+	}
+	if r.route == nil || !sameRoute(r.route, route) {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
 	}
 	r.route = route
 }
@@ -151,7 +163,11 @@ func (r *replica) load() {
 // replica ends.
 func (r *replica) maintain() {
 	nextRefresh := time.Now()
+	synced := false // the primary synchronized the current route
 	for {
+		if !synced && r.isPrimary() {
+			synced = r.synchronizeRoute()
+		}
 		spec, _, _ := r.view()
 		now := time.Now()
 		if !now.Before(nextRefresh) {
@@ -167,13 +183,45 @@ func (r *replica) maintain() {
 		if d := spec.GetFragment().GetFlushInterval().AsDuration(); d > 0 {
 			wake = minTime(wake, now.Truncate(d).Add(d))
 		}
-		if !sleepCtx(r.ctx, time.Until(wake)) {
-			return
+		if !synced && r.isPrimary() {
+			wake = minTime(wake, time.Now().Add(time.Second)) // Retry soon.
 		}
+		t := time.NewTimer(time.Until(wake))
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		case <-r.kick:
+			synced = false
+		case <-t.C:
+		}
+		t.Stop()
 		if r.isPrimary() {
 			r.flushIfDue()
 		}
 	}
+}
+
+// synchronizeRoute builds the pipeline of a new route, which records the
+// route in the replicas' assignments: the allocator counts them ready even
+// if no one appends. It reports whether that succeeded.
+func (r *replica) synchronizeRoute() bool {
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	if r.acquire(ctx) != nil {
+		return false
+	}
+	defer r.release()
+	if _, err := r.ensurePipeline(ctx); err != nil {
+		r.srv.log.Debug("synchronizing route failed; will retry", "journal", r.journal, "err", err)
+		return false
+	}
+	_, route, _ := r.view()
+	if err := r.srv.markSynchronized(ctx, r.journal, route); err != nil {
+		r.srv.log.Debug("recording synchronized route failed; will retry", "journal", r.journal, "err", err)
+		return false
+	}
+	return true
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -312,11 +360,13 @@ func (r *replica) awaitReady(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-r.ctx.Done():
-		return fmt.Errorf("journal %s is no longer assigned here: %w", r.journal, errReplicaGone)
+		return errReplicaGone
 	}
 }
 
-var errReplicaGone = errors.New("replica gone")
+// errReplicaGone ends requests of a replica no longer assigned here. It is
+// a gRPC Unavailable error: the client retries where the route now says.
+var errReplicaGone = status.Error(codes.Unavailable, "the journal is no longer served by this broker")
 
 // spool returns the current spool; the caller holds the token.
 func (r *replica) spool() *spool.Spool {

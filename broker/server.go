@@ -53,8 +53,9 @@ type Server struct {
 	stores    storeCache
 	conns     connPool
 
-	ctx context.Context // the server's life
-	wg  sync.WaitGroup  // goroutines of replicas and the persister
+	ctx     context.Context // the server's life
+	wg      sync.WaitGroup  // goroutines of replicas and the persister
+	serving chan struct{}   // closed once the keyspace is loaded and resolved
 
 	localMu sync.Mutex
 	locals  map[string][]entry // recovered spools awaiting persistence
@@ -75,7 +76,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, id: &protocol.ProcessID{Zone: cfg.Zone, Suffix: cfg.Suffix},
-		log: cfg.Logger.With("broker", cfg.Zone+"#"+cfg.Suffix), locals: map[string][]entry{}}
+		log: cfg.Logger.With("broker", cfg.Zone+"#"+cfg.Suffix), locals: map[string][]entry{},
+		serving: make(chan struct{})}
 	s.resolver = newResolver(s)
 	s.persister = newPersister(s)
 	s.ks = keyspace.New(cfg.Root, allocator.NewDecoder(cfg.Root, Decoders))
@@ -122,6 +124,7 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 	}
 	s.ks.Observe(s.resolver.observe)
 	s.resolver.observe(s.ks.Snapshot())
+	close(s.serving)
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.persister.run(ctx, 2) }()
 	go func() { defer s.wg.Done(); s.ks.Watch(ctx, s.cfg.Etcd) }()
@@ -279,9 +282,16 @@ func (s *Server) header(route *protocol.Route) *protocol.Header {
 	return &protocol.Header{ProcessId: s.id, Route: route, Revision: s.ks.Revision()}
 }
 
-// awaitRevision waits (briefly) until the keyspace reflects rev, so that a
-// request from a broker that knows more is judged on the same view.
+// awaitRevision waits until the server serves (its gRPC service may be
+// registered and reachable before Run has loaded the keyspace), then
+// (briefly) until the keyspace reflects rev, so that a request from a
+// client or broker that knows more is judged on the same view.
 func (s *Server) awaitRevision(ctx context.Context, rev int64) {
+	select {
+	case <-s.serving:
+	case <-ctx.Done():
+		return
+	}
 	if rev <= s.ks.Revision() {
 		return
 	}
@@ -292,10 +302,12 @@ func (s *Server) awaitRevision(ctx context.Context, rev int64) {
 
 // markSynchronized records, in each assignment of the journal, that its
 // replicas are synchronized on route: the allocator then counts them ready.
-func (s *Server) markSynchronized(journal string, route *protocol.Route) {
+// It fails if the assignments changed meanwhile (the route will change, and
+// the new one be synchronized).
+func (s *Server) markSynchronized(ctx context.Context, journal string, route *protocol.Route) error {
 	state, _ := s.resolver.snapshot()
-	if state == nil {
-		return
+	if current := routeOf(state, state.ItemAssignments(journal)); !sameRoute(current, route) {
+		return fmt.Errorf("recording route of %s: it changed to %q", journal, routeText(current))
 	}
 	text := routeText(route)
 	var cmps []clientv3.Cmp
@@ -309,17 +321,16 @@ func (s *Server) markSynchronized(journal string, route *protocol.Route) {
 		ops = append(ops, clientv3.OpPut(key, text, clientv3.WithIgnoreLease()))
 	}
 	if len(ops) == 0 {
-		return
+		return nil
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-		defer cancel()
-		if _, err := s.cfg.Etcd.Txn(ctx).If(cmps...).Then(ops...).Commit(); err != nil && ctx.Err() == nil {
-			s.log.Warn("recording synchronized route failed", "journal", journal, "err", err)
-		}
-	}()
+	resp, err := s.cfg.Etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("recording route %q of %s: %w", text, journal, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("recording route %q of %s: assignments changed", text, journal)
+	}
+	return nil
 }
 
 // connPool keeps one client connection per broker endpoint.

@@ -145,7 +145,9 @@ const (
 	Status_NOT_PRIMARY Status = 3
 	// The request may not be proxied, and this broker is not a replica.
 	Status_NOT_REPLICA Status = 4
-	// The route has fewer brokers than the journal's replication.
+	// Reserved. Brokers acknowledge appends once every broker of the current
+	// route has them, even when the route is shorter than the journal's
+	// replication (fewer brokers than replicas wanted): see docs/journals.md.
 	Status_INSUFFICIENT_REPLICAS Status = 5
 	// A non-blocking read reached the write head.
 	Status_OFFSET_NOT_YET_AVAILABLE Status = 6
