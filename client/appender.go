@@ -159,9 +159,26 @@ func (q *queue) openBatch(maxBytes, n int) *batch {
 		}
 		q.seal(b)
 	}
-	b := &batch{journal: q.journal, first: time.Now(), done: make(chan struct{})}
+	b := &batch{journal: q.journal, first: time.Now(), done: make(chan struct{}), buf: getBuffer(maxBytes)}
 	q.batches = append(q.batches, b)
 	return b
+}
+
+// Batch buffers are reused: filling a fresh one would cost growing and
+// zeroing it, which under load costs more than the appends themselves.
+var bufferPool sync.Pool
+
+func getBuffer(maxBytes int) []byte {
+	if b, ok := bufferPool.Get().(*[]byte); ok && cap(*b) >= maxBytes {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, maxBytes)
+}
+
+func putBuffer(b []byte) {
+	if cap(b) != 0 {
+		bufferPool.Put(&b)
+	}
 }
 
 func (q *queue) seal(b *batch) {
@@ -230,6 +247,7 @@ func (a *Appender) next(q *queue) *batch {
 func (a *Appender) send(b *batch) {
 	n := int64(len(b.buf))
 	b.commit, b.err = a.c.append(a.ctx, &AppendRequest{Journal: b.journal}, &bytesContent{data: b.buf})
+	putBuffer(b.buf)
 	b.buf = nil
 	close(b.done)
 	a.mem.release(n)

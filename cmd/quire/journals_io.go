@@ -195,9 +195,16 @@ func appendLines(ctx context.Context, c *client.Client, stdin io.Reader, stderr 
 	go func() {
 		defer close(waited)
 		for h := range handles {
-			stop := stillWaiting(stderr, slowAppend, f.journal)
-			commit, err := h.Wait(ctx)
-			stop()
+			var commit *protocol.Fragment
+			var err error
+			select {
+			case <-h.Done(): // Usually: no need to watch the clock.
+				commit, err = h.Wait(ctx)
+			default:
+				stop := stillWaiting(stderr, slowAppend, f.journal)
+				commit, err = h.Wait(ctx)
+				stop()
+			}
 			if err != nil {
 				cancel(fmt.Errorf("appending line %d to %s: %w", stats.appends+1, f.journal, err))
 				continue // Drain: the rest fail with the context.
@@ -229,11 +236,20 @@ func appendLines(ctx context.Context, c *client.Client, stdin io.Reader, stderr 
 }
 
 // readLines calls fn with each line of r, with its newline; the last line
-// may have none.
+// may have none. The line is valid only during the call (the Appender
+// copies it), so that most lines are not allocated.
 func readLines(ctx context.Context, r io.Reader, fn func([]byte) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
+	var long []byte
 	for {
-		line, err := br.ReadBytes('\n')
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long, line...)
+			continue
+		}
+		if long != nil {
+			line, long = append(long, line...), nil
+		}
 		if len(line) > 0 {
 			if ferr := fn(line); ferr != nil {
 				if cerr := context.Cause(ctx); cerr != nil {
@@ -261,7 +277,7 @@ func stillWaiting(w io.Writer, d time.Duration, journal string) (stop func()) {
 	printed := make(chan struct{})
 	t := time.AfterFunc(d, func() {
 		defer close(printed)
-		fmt.Fprintf(w, "quire: still waiting for %s to accept the append after %s: does it have as many brokers as its replication? (Ctrl-C gives up)\n",
+		fmt.Fprintf(w, "quire: still waiting for %s to accept the append after %s: is a broker serving it? (Ctrl-C gives up)\n",
 			journal, d)
 	})
 	return func() {
