@@ -27,7 +27,10 @@ func (s *Server) Replicate(stream protocol.Journal_ReplicateServer) error {
 	if status != protocol.Status_OK {
 		return stream.Send(&protocol.ReplicateResponse{Status: status, Header: hdr})
 	}
-	_, _, routeCtx := r.view()
+	_, route, routeCtx := r.view()
+	if !sameRoute(route, first.Header.GetRoute()) { // It changed since localReplica looked.
+		return stream.Send(&protocol.ReplicateResponse{Status: protocol.Status_WRONG_ROUTE, Header: s.header(route)})
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(routeCtx, cancel)()
