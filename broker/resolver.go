@@ -35,8 +35,13 @@ func (rs *resolver) observe(kvs keyspace.KeyValues, rev int64) {
 	s := allocator.NewState(rs.srv.cfg.Root, kvs, rev)
 	journals := make(map[string]resolved, len(s.Items))
 	for _, it := range s.Items {
+		spec := it.Value.(*protocol.JournalSpec)
+		if spec.Name != it.ID {
+			rs.srv.log.Warn("journal spec names another journal than its key; ignored", "key", it.ID, "name", spec.Name)
+			continue
+		}
 		journals[it.ID] = resolved{
-			spec:  it.Value.(*protocol.JournalSpec),
+			spec:  spec,
 			route: routeOf(s, s.ItemAssignments(it.ID)),
 			item:  it,
 		}

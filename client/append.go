@@ -111,6 +111,7 @@ const maxRedirects = 3
 
 func (c *Client) append(ctx context.Context, req *AppendRequest, body content) (*protocol.Fragment, error) {
 	first := req.proto()
+	first.Header = c.router.header()
 	avoid := make(map[string]bool)
 	bo := c.newBackoff()
 	redirects := 0

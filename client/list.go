@@ -54,6 +54,7 @@ func (c *Client) Apply(ctx context.Context, req *protocol.ApplyRequest) (*protoc
 	err := c.call(ctx, callSpec{op: "apply"}, func(ctx context.Context, jc protocol.JournalClient, _ target) (rpcResult, error) {
 		var err error
 		resp, err = jc.Apply(ctx, req)
+		c.router.observe(resp.GetRevision())
 		return rpcResult{resp.GetStatus(), resp.GetHeader()}, err
 	})
 	if err != nil {

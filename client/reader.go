@@ -167,6 +167,7 @@ func (r *Reader) open() error {
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	stream, err := jc.Read(ctx, &protocol.ReadRequest{
+		Header:     r.c.router.header(),
 		Journal:    r.req.Journal,
 		Offset:     r.offset,
 		Block:      r.req.Block,

@@ -3,6 +3,7 @@ package client
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -33,6 +34,29 @@ type router struct {
 	mu     sync.Mutex
 	routes map[string]*protocol.Route
 	known  map[string]struct{} // Every endpoint seen in a route.
+	// seen is the highest etcd revision any broker reported. Requests
+	// carry it, so that a broker answers from a view at least as recent as
+	// any the client acted on (read your writes: an Apply through one
+	// broker, then an Append through another).
+	seen atomic.Int64
+}
+
+// observe records a revision a broker reported.
+func (r *router) observe(rev int64) {
+	for {
+		cur := r.seen.Load()
+		if rev <= cur || r.seen.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// header is the header requests carry: the highest revision seen.
+func (r *router) header() *protocol.Header {
+	if rev := r.seen.Load(); rev > 0 {
+		return &protocol.Header{Revision: rev}
+	}
+	return nil
 }
 
 func newRouter(broker, zone string) *router {
@@ -48,6 +72,7 @@ func newRouter(broker, zone string) *router {
 // the cached route was resolved at a later revision. Routes without
 // members, or whose endpoints do not match their members, are ignored.
 func (r *router) learn(journal string, h *protocol.Header) {
+	r.observe(h.GetRevision())
 	rt := h.GetRoute()
 	if journal == "" || !usableRoute(rt) {
 		return
