@@ -19,65 +19,48 @@ type MemberConfig struct {
 	// Zone and Suffix name the member; Spec is its announced spec.
 	Zone, Suffix string
 	Spec         MemberSpec
+	// Encode, if set, encodes the member's spec instead of Spec: owners
+	// whose member specs carry more (a broker's endpoint) set it.
+	Encode func(exiting bool) string
 	// LeaseTTL is how long the member's keys outlive a dead process.
 	// Zero means 10 seconds.
 	LeaseTTL time.Duration
-	// Decoders decode the fleet's values; the zero value uses the defaults.
+	// Decoders decode the fleet's values when Run builds the keyspace; the
+	// zero value uses the defaults.
 	Decoders Decoders
+	// Drained, if set, is called once the member holds nothing, before its
+	// lease is revoked: a broker persists its spools there.
+	Drained func(ctx context.Context) error
 }
 
 // Run is a fleet member's life: it announces the member under a fresh
-// lease, mirrors the fleet and runs Allocate, until one of:
+// lease, mirrors the fleet (unless cfg.KeySpace is set: then the caller has
+// loaded it and keeps it watching) and runs Allocate, until one of:
 //
 //   - drain is closed: it marks the member exiting, waits until the
 //     allocator has moved everything off it (never lowering an item's
-//     readiness), revokes its lease and returns nil. A server closes drain
-//     on SIGTERM.
+//     readiness), calls Drained, revokes its lease and returns nil. A
+//     server closes drain on SIGTERM.
 //   - ctx is done: it returns at once; its lease expires and its items fail
 //     over. A server cancels ctx on a second signal.
+//   - Allocate fails, or the member's key disappears: it returns the error.
 //
-// The KeySpace and Member fields of cfg.Config are set by Run.
+// Run sets cfg.Config's Member (and KeySpace, if unset).
 func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.defaults()
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 
-	lease, err := cfg.Client.Grant(ctx, int64(cfg.LeaseTTL.Seconds()))
-	if err != nil {
-		return fmt.Errorf("granting member lease: %w", err)
-	}
-	keepAlive, err := cfg.Client.KeepAlive(ctx, lease.ID)
-	if err != nil {
-		return fmt.Errorf("keeping member lease alive: %w", err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for range keepAlive {
-		}
-	}()
-	key := MemberKey(cfg.Root, cfg.Zone, cfg.Suffix)
-	ann, err := Announce(ctx, cfg.Client, key, Encode(cfg.Spec), lease.ID)
+	ann, err := announce(ctx, &wg, cfg)
 	if err != nil {
 		return err
 	}
-	cfg.KeySpace = keyspace.New(cfg.Root, NewDecoder(cfg.Root, cfg.Decoders))
-	if err := cfg.KeySpace.Load(ctx, cfg.Client, 0); err != nil {
-		return fmt.Errorf("loading fleet %s: %w", cfg.Root, err)
+	if err := cfg.mirror(ctx, &wg, ann); err != nil {
+		return err
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cfg.KeySpace.Watch(ctx, cfg.Client)
-	}()
-	cfg.Member = key
+	cfg.Member = ann.Key
 	done := make(chan error, 1)
 	wg.Add(1)
 	go func() {
@@ -94,13 +77,65 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 	return drainMember(ctx, cfg, ann, done)
 }
 
+func (cfg *MemberConfig) defaults() {
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Encode == nil {
+		spec := cfg.Spec
+		cfg.Encode = func(exiting bool) string {
+			spec.Exiting = exiting
+			return Encode(spec)
+		}
+	}
+}
+
+// announce grants the member's lease, keeps it alive, and announces the
+// member under it.
+func announce(ctx context.Context, wg *sync.WaitGroup, cfg MemberConfig) (*Announcement, error) {
+	lease, err := cfg.Client.Grant(ctx, int64(cfg.LeaseTTL.Seconds()))
+	if err != nil {
+		return nil, fmt.Errorf("granting member lease: %w", err)
+	}
+	keepAlive, err := cfg.Client.KeepAlive(ctx, lease.ID)
+	if err != nil {
+		return nil, fmt.Errorf("keeping member lease alive: %w", err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range keepAlive {
+		}
+	}()
+	return Announce(ctx, cfg.Client, MemberKey(cfg.Root, cfg.Zone, cfg.Suffix), cfg.Encode(false), lease.ID)
+}
+
+// mirror makes sure the keyspace reflects the announcement, building and
+// watching one if the caller gave none.
+func (cfg *MemberConfig) mirror(ctx context.Context, wg *sync.WaitGroup, ann *Announcement) error {
+	if cfg.KeySpace != nil {
+		return cfg.KeySpace.WaitForRevision(ctx, ann.Revision)
+	}
+	cfg.KeySpace = keyspace.New(cfg.Root, NewDecoder(cfg.Root, cfg.Decoders))
+	if err := cfg.KeySpace.Load(ctx, cfg.Client, 0); err != nil {
+		return fmt.Errorf("loading fleet %s: %w", cfg.Root, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cfg.KeySpace.Watch(ctx, cfg.Client)
+	}()
+	return nil
+}
+
 // drainMember marks the member exiting, waits for its Allocate to return
-// once it holds nothing, and revokes its lease.
+// once it holds nothing, calls Drained, and revokes its lease.
 func drainMember(ctx context.Context, cfg MemberConfig, ann *Announcement, done <-chan error) error {
-	spec := cfg.Spec
-	spec.Exiting = true
 	cfg.Logger.Info("draining: moving items to other members", "member", ann.Key)
-	if _, err := ann.Update(ctx, Encode(spec)); err != nil {
+	if _, err := ann.Update(ctx, cfg.Encode(true)); err != nil {
 		return err
 	}
 	select {
@@ -110,6 +145,11 @@ func drainMember(ctx context.Context, cfg MemberConfig, ann *Announcement, done 
 		}
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if cfg.Drained != nil {
+		if err := cfg.Drained(ctx); err != nil {
+			return err
+		}
 	}
 	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

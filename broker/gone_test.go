@@ -67,4 +67,3 @@ func TestBlockingReadEndsRetryablyWhenReplicaGoes(t *testing.T) {
 		t.Errorf("Reader.Read returned %v; want client.ErrJournalNotFound after a retry", err)
 	}
 }
-

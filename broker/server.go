@@ -131,72 +131,21 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 	return s.serve(ctx, drain)
 }
 
-// serve announces the broker and allocates until drained or stopped.
+// serve announces the broker and allocates until drained or stopped. A
+// drain ends once the broker holds no journal and its spools are persisted.
 func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
-	lease, err := s.cfg.Etcd.Grant(ctx, int64(s.cfg.LeaseTTL.Seconds()))
-	if err != nil {
-		return fmt.Errorf("granting broker lease: %w", err)
-	}
-	keepAlive, err := s.cfg.Etcd.KeepAlive(ctx, lease.ID)
-	if err != nil {
-		return fmt.Errorf("keeping broker lease alive: %w", err)
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for range keepAlive {
-		}
-	}()
-	spec := MemberSpec{Limit: s.cfg.Limit, Endpoint: s.cfg.Endpoint}
-	key := allocator.MemberKey(s.cfg.Root, s.cfg.Zone, s.cfg.Suffix)
-	ann, err := allocator.Announce(ctx, s.cfg.Etcd, key, encodeJSON(spec), lease.ID)
-	if err != nil {
-		return err
-	}
-	if err := s.ks.WaitForRevision(ctx, ann.Revision); err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		done <- allocator.Allocate(ctx, allocator.Config{Client: s.cfg.Etcd, KeySpace: s.ks, Member: key,
-			Ready: Ready, MaxTxnOps: s.cfg.MaxTxnOps, Logger: s.log})
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-drain:
-	}
-	return s.drain(ctx, ann, spec, done)
-}
-
-// drain hands every journal to other brokers, persists every spool, and
-// revokes the broker's lease.
-func (s *Server) drain(ctx context.Context, ann *allocator.Announcement, spec MemberSpec, done <-chan error) error {
-	s.log.Info("draining: handing journals to other brokers")
-	spec.Exiting = true
-	if _, err := ann.Update(ctx, encodeJSON(spec)); err != nil {
-		return err
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			return err
-		}
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	s.log.Info("drained; persisting spools")
-	if err := s.persister.wait(ctx); err != nil {
-		return err
-	}
-	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_, err := s.cfg.Etcd.Revoke(revokeCtx, ann.Lease)
-	return err
+	return allocator.Run(ctx, drain, allocator.MemberConfig{
+		Config: allocator.Config{Client: s.cfg.Etcd, KeySpace: s.ks, Ready: Ready,
+			MaxTxnOps: s.cfg.MaxTxnOps, Logger: s.log},
+		Root: s.cfg.Root, Zone: s.cfg.Zone, Suffix: s.cfg.Suffix, LeaseTTL: s.cfg.LeaseTTL,
+		Encode: func(exiting bool) string {
+			return encodeJSON(MemberSpec{Limit: s.cfg.Limit, Endpoint: s.cfg.Endpoint, Exiting: exiting})
+		},
+		Drained: func(ctx context.Context) error {
+			s.log.Info("drained; persisting spools")
+			return s.persister.wait(ctx)
+		},
+	})
 }
 
 // recoverSpools finds the spools a previous process left, indexes them for
