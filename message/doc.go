@@ -1,0 +1,77 @@
+// Package message is Quire's message layer: it turns a journal's bytes into
+// messages, and makes their processing exactly once.
+//
+// Journals hold bytes. Applications publish and consume messages: values
+// of their own types, which implement Message, encoded in journals by a
+// Framing. Each message carries a UUID, which tells who wrote it, in what
+// order, and whether it is committed; from UUIDs, a reader can drop the
+// duplicates that at-least-once appends may write, and hold back the
+// messages of transactions that are not yet committed.
+//
+// # UUIDs
+//
+// A message's UUID is an RFC 4122 version 1 UUID, built by BuildUUID from
+// three parts:
+//
+//   - The ProducerID, in the UUID's 48-bit node field: a random value (see
+//     NewProducerID) chosen by each publisher when it starts, which tells
+//     the producer of the message.
+//   - The Clock, in the UUID's 60-bit timestamp field and the upper 4 bits
+//     of its clock sequence field: the producer's logical clock, a
+//     timestamp in 100ns ticks since 1582-10-15 and a 4-bit counter, which
+//     orders the producer's messages.
+//   - The Flags, in the lower 10 bits of the clock sequence field, which
+//     tell how the message commits.
+//
+// A producer's Clock only moves forward: before building a UUID, the
+// producer calls Clock.Update with the wall time, which moves the Clock to
+// that time only if it is later, and then Clock.Tick, which advances the
+// counter (carrying into the timestamp). So a producer's UUIDs have
+// strictly increasing clocks, even within one 100ns tick and even when
+// the wall clock steps back. Clocks compare as integers.
+//
+// # Exactly once
+//
+// A message is committed as follows, by its flags:
+//
+//   - OutsideTxn: the message commits on its own, as it is written.
+//   - ContinueTxn: the message is part of a transaction of its producer,
+//     and is uncommitted until the producer acknowledges it.
+//   - AckTxn: the message is an acknowledgement (an otherwise empty
+//     message, see Message.NewAcknowledgement): it commits the producer's
+//     transaction, its ContinueTxn messages with clocks up to its own.
+//
+// A reader keeps, for each producer of a journal, the clock of the last
+// message that it took. A message whose clock is not after that is a
+// duplicate, or a replay of one, and is dropped. The sequencer of this
+// package does this bookkeeping, and holds a producer's uncommitted
+// messages until their acknowledgement arrives. A consumer stores these
+// producer states along with its own state, in one transaction, so that a
+// shard resumes exactly where its last commit left it.
+//
+// # Framings
+//
+// A Framing writes messages to a journal's bytes and splits those bytes
+// back into frames, which it decodes. A journal holds messages of one
+// framing; FramingByName returns the framing of a name:
+//
+//   - JSONLines ("json"): one message per line, encoded by encoding/json.
+//     The UUID is a field of the application's type, by convention
+//     UUID message.UUID `json:"uuid"`, which encodes as a JSON string.
+//   - Protobuf ("proto"): length-prefixed protocol buffers. Each frame is
+//     a 4-byte magic word (0xf1 'Q' 'F' and the framing's version, 1), the
+//     message's length as a 4-byte little-endian integer, and the message.
+//     Messages implement proto.Message as well as Message; the UUID is, by
+//     convention, a field "bytes uuid = 1" of the application's message,
+//     which GetUUID and SetUUID convert.
+//
+// Unpack splits frames without decoding them and, for frames that fit in
+// the bufio.Reader's buffer, without copying or allocating, so that a
+// reader can skip frames cheaply; Unmarshal decodes a frame into a
+// message. Malformed content is reported and skipped: a JSON line that is
+// not valid JSON fails Unmarshal, and the next line reads as usual; bytes
+// that do not start a binary frame fail Unpack with ErrDesyncFrame, and
+// Unpack resynchronizes at the next frame's magic word. No frame may
+// exceed MaxFrameSize (64 MiB); a binary frame header with a larger
+// length is rejected before anything is allocated for it.
+package message

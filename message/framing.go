@@ -1,0 +1,42 @@
+package message
+
+import (
+	"errors"
+	"fmt"
+)
+
+// MaxFrameSize bounds the size of a frame, its header or newline included.
+// Marshal refuses a larger message, and Unpack skips a larger frame with
+// an error that wraps ErrFrameTooLarge. A binary frame whose length field
+// exceeds the bound is rejected on reading the field, before any memory is
+// allocated for it.
+const MaxFrameSize = 64 << 20
+
+// ErrDesyncFrame is wrapped by the error of an Unpack that found no frame
+// header where a binary frame should start. Unpack has then skipped to the
+// next frame header (or to the end of the input), and the error tells how
+// many bytes were skipped.
+var ErrDesyncFrame = errors.New("message: frame header not found (desynchronized)")
+
+// ErrFrameTooLarge is wrapped by the error of a Marshal whose frame would
+// exceed MaxFrameSize, and of an Unpack that skipped such a frame.
+var ErrFrameTooLarge = errors.New("message: frame exceeds the maximum frame size")
+
+// JSONLines is the framing of newline-delimited JSON; its name is "json".
+var JSONLines Framing = jsonFraming{}
+
+// Protobuf is the framing of length-prefixed protocol buffers; its name
+// is "proto".
+var Protobuf Framing = protoFraming{}
+
+// FramingByName returns the framing named name: "json" (JSONLines) or
+// "proto" (Protobuf).
+func FramingByName(name string) (Framing, error) {
+	switch name {
+	case JSONLines.Name():
+		return JSONLines, nil
+	case Protobuf.Name():
+		return Protobuf, nil
+	}
+	return nil, fmt.Errorf("message: unknown framing %q (want %q or %q)", name, JSONLines.Name(), Protobuf.Name())
+}

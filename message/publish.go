@@ -1,0 +1,162 @@
+package message
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quire-dev/quire/client"
+)
+
+// Publisher publishes messages to journals, through a client.Appender that
+// batches them. It stamps each message with a UUID of its producer ID, its
+// clock (ticked per message, and never behind the wall clock's last
+// reading) and flags.
+//
+// Committed messages (PublishCommitted) stand alone. Uncommitted messages
+// (PublishUncommitted) form the current transaction, which BuildAckIntents
+// ends: it returns, for every journal the transaction touched, an
+// acknowledgement that commits the producer's messages in that journal up
+// to its clock. Readers hold uncommitted messages until they read that
+// acknowledgement. A consumer stores the intents with its state before
+// writing them, so that if it crashes after its store commit its successor
+// writes the same intents; if it crashes before, its successor writes the
+// previous transaction's intents, whose older clock rolls back the
+// uncommitted messages.
+//
+// A Publisher is safe for concurrent use, but a transaction is its
+// publisher's: uncommitted messages of concurrent goroutines join the same
+// transaction.
+type Publisher struct {
+	appender *client.Appender
+	framing  Framing
+	producer ProducerID
+
+	mu    sync.Mutex
+	clock Clock
+	txn   map[string]bool // journals written by the current transaction
+	buf   bytes.Buffer
+	w     *bufio.Writer
+}
+
+// NewPublisher returns a publisher of producer, writing through appender
+// with framing, whose clock starts at clock (or the wall clock, if later).
+// Plain publishers use NewProducerID and NewClock(time.Now()); consumers
+// restore both from their checkpoint.
+func NewPublisher(appender *client.Appender, framing Framing, producer ProducerID, clock Clock) *Publisher {
+	p := &Publisher{appender: appender, framing: framing, producer: producer, clock: clock, txn: map[string]bool{}}
+	p.w = bufio.NewWriter(&p.buf)
+	return p
+}
+
+// Producer returns the publisher's producer ID.
+func (p *Publisher) Producer() ProducerID { return p.producer }
+
+// Clock returns the publisher's current clock.
+func (p *Publisher) Clock() Clock {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.clock
+}
+
+// PublishCommitted publishes m to journal as a message that commits on its
+// own. The handle reports when the journal holds it.
+func (p *Publisher) PublishCommitted(ctx context.Context, journal string, m Message) (*client.AppendHandle, error) {
+	return p.publish(ctx, journal, m, OutsideTxn)
+}
+
+// PublishUncommitted publishes m to journal within the current
+// transaction: readers see it once the transaction's acknowledgement of
+// journal is written (see BuildAckIntents).
+func (p *Publisher) PublishUncommitted(ctx context.Context, journal string, m Message) (*client.AppendHandle, error) {
+	return p.publish(ctx, journal, m, ContinueTxn)
+}
+
+func (p *Publisher) publish(ctx context.Context, journal string, m Message, flags Flags) (*client.AppendHandle, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	frame, err := p.stamp(m, flags)
+	if err != nil {
+		return nil, fmt.Errorf("message: publishing to %s: %w", journal, err)
+	}
+	h, err := p.appender.Append(ctx, journal, frame)
+	if err != nil {
+		return nil, err
+	}
+	if flags == ContinueTxn {
+		p.txn[journal] = true
+	}
+	return h, nil
+}
+
+// stamp ticks the clock, sets m's UUID and returns its frame. p.mu is held.
+func (p *Publisher) stamp(m Message, flags Flags) ([]byte, error) {
+	p.clock.Update(time.Now())
+	p.clock.Tick()
+	m.SetUUID(BuildUUID(p.producer, p.clock, flags))
+	p.buf.Reset()
+	if err := p.framing.Marshal(m, p.w); err != nil {
+		return nil, err
+	}
+	if err := p.w.Flush(); err != nil {
+		return nil, err
+	}
+	return p.buf.Bytes(), nil // The appender copies it.
+}
+
+// AckIntent is an encoded acknowledgement to write to Journal.
+type AckIntent struct {
+	Journal string `json:"journal"`
+	Intent  []byte `json:"intent"`
+}
+
+// BuildAckIntents ends the current transaction: it returns an
+// acknowledgement for every journal the transaction wrote, in journal
+// order, each committing the producer's messages through the publisher's
+// current clock. The caller writes them with WriteAckIntents.
+func (p *Publisher) BuildAckIntents(newAck func(journal string) Message) ([]AckIntent, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	journals := make([]string, 0, len(p.txn))
+	for j := range p.txn {
+		journals = append(journals, j)
+	}
+	slices.Sort(journals)
+	p.clock.Update(time.Now())
+	p.clock.Tick()
+	uuid := BuildUUID(p.producer, p.clock, AckTxn)
+	out := make([]AckIntent, 0, len(journals))
+	for _, j := range journals {
+		ack := newAck(j)
+		ack.SetUUID(uuid)
+		p.buf.Reset()
+		if err := p.framing.Marshal(ack, p.w); err != nil {
+			return nil, fmt.Errorf("message: building the acknowledgement of %s: %w", j, err)
+		}
+		if err := p.w.Flush(); err != nil {
+			return nil, err
+		}
+		out = append(out, AckIntent{Journal: j, Intent: bytes.Clone(p.buf.Bytes())})
+	}
+	clear(p.txn)
+	return out, nil
+}
+
+// WriteAckIntents writes acknowledgements built by BuildAckIntents (by this
+// publisher, or by a predecessor of the same producer, restored from a
+// checkpoint) and returns their handles.
+func (p *Publisher) WriteAckIntents(ctx context.Context, intents []AckIntent) ([]*client.AppendHandle, error) {
+	hs := make([]*client.AppendHandle, 0, len(intents))
+	for _, in := range intents {
+		h, err := p.appender.Append(ctx, in.Journal, in.Intent)
+		if err != nil {
+			return hs, fmt.Errorf("message: writing the acknowledgement of %s: %w", in.Journal, err)
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
