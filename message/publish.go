@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -39,9 +40,17 @@ type Publisher struct {
 	mu    sync.Mutex
 	clock Clock
 	txn   map[string]bool // journals written by the current transaction
-	buf   bytes.Buffer
-	w     *bufio.Writer
+	// sealed is set between BuildAckIntents and WriteAckIntents: a message
+	// of the next transaction must not reach a journal before the previous
+	// transaction's acknowledgement, which would roll it back.
+	sealed bool
+	buf    bytes.Buffer
+	w      *bufio.Writer
 }
+
+// ErrAckPending is returned by publishes between BuildAckIntents and
+// WriteAckIntents.
+var ErrAckPending = errors.New("message: the previous transaction's acknowledgements are built but not written")
 
 // NewPublisher returns a publisher of producer, writing through appender
 // with framing, whose clock starts at clock (or the wall clock, if later).
@@ -79,6 +88,9 @@ func (p *Publisher) PublishUncommitted(ctx context.Context, journal string, m Me
 func (p *Publisher) publish(ctx context.Context, journal string, m Message, flags Flags) (*client.AppendHandle, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.sealed {
+		return nil, ErrAckPending
+	}
 	frame, err := p.stamp(m, flags)
 	if err != nil {
 		return nil, fmt.Errorf("message: publishing to %s: %w", journal, err)
@@ -143,13 +155,19 @@ func (p *Publisher) BuildAckIntents(newAck func(journal string) Message) ([]AckI
 		out = append(out, AckIntent{Journal: j, Intent: bytes.Clone(p.buf.Bytes())})
 	}
 	clear(p.txn)
+	p.sealed = len(out) != 0
 	return out, nil
 }
 
 // WriteAckIntents writes acknowledgements built by BuildAckIntents (by this
 // publisher, or by a predecessor of the same producer, restored from a
 // checkpoint) and returns their handles.
+//
+// Appends are queued in order per journal, so messages published after it
+// returns land after the acknowledgements.
 func (p *Publisher) WriteAckIntents(ctx context.Context, intents []AckIntent) ([]*client.AppendHandle, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	hs := make([]*client.AppendHandle, 0, len(intents))
 	for _, in := range intents {
 		h, err := p.appender.Append(ctx, in.Journal, in.Intent)
@@ -158,5 +176,6 @@ func (p *Publisher) WriteAckIntents(ctx context.Context, intents []AckIntent) ([
 		}
 		hs = append(hs, h)
 	}
+	p.sealed = false
 	return hs, nil
 }

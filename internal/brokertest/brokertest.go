@@ -1,0 +1,143 @@
+// Package brokertest runs real brokers in-process for the tests of the
+// layers above journals (messages, recovery logs, consumers): a real etcd
+// (internal/etcdtest), real brokers on loopback gRPC listeners, and a file
+// fragment store in a temporary directory.
+package brokertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/broker"
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// Cluster is a set of in-process brokers sharing an etcd prefix and a store.
+type Cluster struct {
+	t       testing.TB
+	Etcd    *clientv3.Client
+	Root    string
+	Store   string
+	Brokers map[string]*Broker
+}
+
+// Broker is one in-process broker.
+type Broker struct {
+	Name     string
+	Endpoint string
+	Dir      string
+	srv      *grpc.Server
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+// New returns an empty cluster; brokers stop when the test ends.
+func New(t testing.TB) *Cluster {
+	c, root := etcdtest.Client(t)
+	cl := &Cluster{t: t, Etcd: c, Root: root,
+		Store: "file://" + filepath.Join(t.TempDir(), "store") + "/", Brokers: map[string]*Broker{}}
+	t.Cleanup(func() {
+		for _, b := range cl.Brokers {
+			cl.Stop(b)
+		}
+	})
+	return cl
+}
+
+// Start runs a broker named name (zone "z"+name) with spools in a fresh
+// directory.
+func (c *Cluster) Start(name string) *Broker {
+	c.t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: c.t.TempDir(), srv: grpc.NewServer(), done: make(chan error, 1)}
+	srv, err := broker.New(broker.Config{Etcd: c.Etcd, Root: c.Root, Zone: "z" + name, Suffix: name,
+		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: 3 * time.Second, Logger: quiet})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	protocol.RegisterJournalServer(b.srv, srv)
+	go b.srv.Serve(lis)
+	var ctx context.Context
+	ctx, b.cancel = context.WithCancel(context.Background())
+	go func() { b.done <- srv.Run(ctx, nil) }()
+	c.Brokers[name] = b
+	return b
+}
+
+// Stop ends a broker at once, revoking its lease so its journals fail over
+// now.
+func (c *Cluster) Stop(b *Broker) {
+	if _, ok := c.Brokers[b.Name]; !ok {
+		return
+	}
+	delete(c.Brokers, b.Name)
+	ctx := context.Background()
+	if resp, err := c.Etcd.Get(ctx, allocator.MemberKey(c.Root, "z"+b.Name, b.Name)); err == nil && len(resp.Kvs) == 1 {
+		c.Etcd.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	}
+	b.cancel()
+	b.srv.Stop()
+	if err := <-b.done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, allocator.ErrMemberGone) {
+		c.t.Logf("broker %s: %v", b.Name, err)
+	}
+}
+
+// Client returns a client whose default broker is b, closed when the test
+// ends.
+func (c *Cluster) Client(b *Broker) *client.Client {
+	c.t.Helper()
+	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// Journals creates journals of replication r, and waits until each takes
+// an append (it has a primary).
+func (c *Cluster) Journals(cl *client.Client, r int32, names ...string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := &protocol.ApplyRequest{}
+	for _, n := range names {
+		req.Changes = append(req.Changes, &protocol.ApplyRequest_Change{Upsert: &protocol.JournalSpec{Name: n, Replication: r}})
+	}
+	if _, err := cl.Apply(ctx, req); err != nil {
+		c.t.Fatalf("creating journals %v: %v", names, err)
+	}
+	for _, n := range names {
+		for {
+			list, err := cl.List(ctx, &protocol.ListRequest{Selector: "name=" + n})
+			if err == nil && len(list.Journals) == 1 && len(list.Journals[0].Route.GetMembers()) != 0 {
+				break
+			}
+			if ctx.Err() != nil {
+				c.t.Fatalf("journal %s has no route: %v", n, err)
+			}
+			time.Sleep(10 * time.Millisecond) // Polling the allocator's progress.
+		}
+	}
+}
+
+// String names the cluster in messages.
+func (c *Cluster) String() string { return fmt.Sprintf("brokers under %s", c.Root) }

@@ -1,0 +1,109 @@
+package message_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/brokertest"
+	"github.com/quire-dev/quire/message"
+)
+
+// BenchmarkPublishRead publishes b.N small JSON messages (about 100 bytes
+// framed) through one broker and reads them back, reporting messages per
+// second each way; BenchmarkRawAppendRead moves the same bytes without the
+// message layer, for comparison.
+func BenchmarkPublishRead(b *testing.B) {
+	cl := brokertest.New(b)
+	c := cl.Client(cl.Start("b1"))
+	cl.Journals(c, 1, "bench/messages")
+	ctx := context.Background()
+	appender := c.NewAppender(ctx, client.AppenderConfig{})
+	p := message.NewPublisher(appender, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))
+	body := strings.Repeat("x", 40)
+
+	b.ResetTimer()
+	start := time.Now()
+	var last *client.AppendHandle
+	for range b.N {
+		h, err := p.PublishCommitted(ctx, "bench/messages", &event{Body: body})
+		if err != nil {
+			b.Fatal(err)
+		}
+		last = h
+	}
+	if _, err := last.Wait(ctx); err != nil {
+		b.Fatal(err)
+	}
+	published := time.Since(start)
+	appender.Close()
+
+	start = time.Now()
+	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "bench/messages", Framing: message.JSONLines, New: newEvent})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for {
+		if _, err := r.Next(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	read := time.Since(start)
+	if n != b.N {
+		b.Fatalf("read %d messages, published %d", n, b.N)
+	}
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published-msgs/s")
+	b.ReportMetric(float64(b.N)/read.Seconds(), "read-msgs/s")
+}
+
+func BenchmarkRawAppendRead(b *testing.B) {
+	cl := brokertest.New(b)
+	c := cl.Client(cl.Start("b1"))
+	cl.Journals(c, 1, "bench/raw")
+	ctx := context.Background()
+	appender := c.NewAppender(ctx, client.AppenderConfig{})
+	var frame bytes.Buffer
+	w := bufio.NewWriter(&frame)
+	e := &event{UUID: message.BuildUUID(message.NewProducerID(), message.NewClock(time.Now()), message.OutsideTxn), Body: strings.Repeat("x", 40)}
+	message.JSONLines.Marshal(e, w)
+	w.Flush()
+
+	b.SetBytes(int64(frame.Len()))
+	b.ResetTimer()
+	start := time.Now()
+	var last *client.AppendHandle
+	for range b.N {
+		h, err := appender.Append(ctx, "bench/raw", frame.Bytes())
+		if err != nil {
+			b.Fatal(err)
+		}
+		last = h
+	}
+	if _, err := last.Wait(ctx); err != nil {
+		b.Fatal(err)
+	}
+	appended := time.Since(start)
+	appender.Close()
+
+	start = time.Now()
+	got, err := io.Copy(io.Discard, c.NewReader(ctx, client.ReadRequest{Journal: "bench/raw"}))
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.Fatal(err)
+	}
+	read := time.Since(start)
+	if got != int64(b.N*frame.Len()) {
+		b.Fatalf("read %d bytes, appended %d", got, b.N*frame.Len())
+	}
+	b.ReportMetric(float64(b.N)/appended.Seconds(), "appended-frames/s")
+	b.ReportMetric(float64(b.N)/read.Seconds(), "read-frames/s")
+}
