@@ -72,10 +72,29 @@ type acked struct {
 // exactly where it was acknowledged, once, in each writer's order; records
 // whose appends failed may appear, but only whole.
 func TestFailoverKeepsEveryAcknowledgedAppend(t *testing.T) {
+	for _, victim := range []string{"a replica", "the primary"} {
+		t.Run(victim, func(t *testing.T) { testFailover(t, victim == "the primary") })
+	}
+}
+
+func testFailover(t *testing.T, killPrimary bool) {
 	c := newCluster(t)
-	b1, b2, _ := c.start("b1", ""), c.start("b2", ""), c.start("b3", "")
-	c.journal(b1, "logs/failover", 3)
-	c.appendRetry(b1, "logs/failover", []byte("start\n"))
+	c.start("b1", "")
+	c.start("b2", "")
+	c.start("b3", "")
+	c.journal(c.brokers["b1"], "logs/failover", 3)
+	c.appendRetry(c.brokers["b1"], "logs/failover", []byte("start\n"))
+	_, route, _ := c.brokers["b1"].srv.resolver.resolve("logs/failover")
+	victim := c.brokers[route.Members[1].Suffix]
+	if killPrimary {
+		victim = c.brokers[route.Members[0].Suffix]
+	}
+	var survivors []*testBroker
+	for _, b := range c.brokers {
+		if b != victim {
+			survivors = append(survivors, b)
+		}
+	}
 
 	const writers = 4
 	var (
@@ -89,7 +108,7 @@ func TestFailoverKeepsEveryAcknowledgedAppend(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			via := []*testBroker{b1, c.brokers["b3"]}[w%2]
+			via := survivors[w%2]
 			for seq := 0; ; seq++ {
 				select {
 				case <-stop:
@@ -126,17 +145,18 @@ func TestFailoverKeepsEveryAcknowledgedAppend(t *testing.T) {
 		}
 	}
 	waitAcked(50)
-	c.stop(b2)
+	c.stop(victim)
 	waitAcked(150)
-	c.start("b4", "")
+	joined := c.start("b4", "")
 	waitAcked(300)
 	close(stop)
 	wg.Wait()
 
-	content := c.readAll(c.brokers["b4"], "logs/failover")
-	again := c.readAll(b1, "logs/failover")
-	if !bytes.Equal(content, again) {
-		t.Fatalf("brokers b4 and b1 read different content (%d and %d bytes)", len(content), len(again))
+	content := c.readAll(joined, "logs/failover")
+	for _, b := range survivors {
+		if again := c.readAll(b, "logs/failover"); !bytes.Equal(content, again) {
+			t.Fatalf("brokers b4 and %s read different content (%d and %d bytes)", b.name, len(content), len(again))
+		}
 	}
 	checkRecords(t, content, ok, failed)
 	t.Logf("%d appends acknowledged, %d failed, %d bytes", len(ok), len(failed), len(content))
