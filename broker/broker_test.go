@@ -269,3 +269,36 @@ func TestMaxAppendRateThrottles(t *testing.T) {
 		t.Fatalf("a throttled, abandoned append left %d bytes", len(got))
 	}
 }
+
+// At replication 1, a broker that stays down while its journal moves, then
+// returns, must not bring back content at offsets another primary wrote
+// since: offsets never change once acknowledged. Its recovered spool is
+// quarantined, and every broker reads the same content.
+func TestRecoveredSpoolConflictIsQuarantined(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	b1 := c.start("b1", dir)
+	flush := func(s *protocol.JournalSpec) {
+		s.Fragment.FlushInterval = durationpb.New(time.Second)
+		s.Fragment.RefreshInterval = durationpb.New(time.Second)
+	}
+	c.journal(b1, "log/moved", 1, flush)
+	c.appendRetry(b1, "log/moved", []byte("from-b1\n"))
+	c.stop(b1) // Its spool stays on its disk.
+
+	b2 := c.start("b2", "")
+	c.appendRetry(b2, "log/moved", []byte("from-b2\n"))
+	c.waitPersisted(b2, "log/moved", 8)
+
+	b1 = c.start("b1", dir)
+	c.appendRetry(b1, "log/moved", []byte("after\n"))
+	for _, b := range []*testBroker{b1, b2} {
+		if got := string(c.readAll(b, "log/moved")); got != "from-b2\nafter\n" {
+			t.Fatalf("%s reads %q", b.name, got)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "#quarantine", "log%2Fmoved"))
+	if len(entries) != 2 {
+		t.Fatalf("quarantine holds %d files, want the spool's 2", len(entries))
+	}
+}

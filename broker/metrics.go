@@ -33,6 +33,9 @@ var (
 	fragmentsPruned = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_fragments_pruned_total", Help: "Fragments removed from stores past their journal's retention.",
 	})
+	spoolsQuarantined = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_spools_quarantined_total", Help: "Recovered spools kept out of their journal: other content was written at their offsets.",
+	})
 	spoolsRecovered = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_spools_recovered_total", Help: "Spools recovered from local disk at start.",
 	})

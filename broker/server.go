@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -119,7 +120,7 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 	if err := s.ks.Load(ctx, s.cfg.Etcd, 0); err != nil {
 		return fmt.Errorf("loading brokers' keyspace: %w", err)
 	}
-	if err := s.recoverSpools(); err != nil {
+	if err := s.recoverSpools(ctx); err != nil {
 		return err
 	}
 	s.ks.Observe(s.resolver.observe)
@@ -150,7 +151,7 @@ func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
 
 // recoverSpools finds the spools a previous process left, indexes them for
 // reads, and queues them for persisting.
-func (s *Server) recoverSpools() error {
+func (s *Server) recoverSpools(ctx context.Context) error {
 	recovered, err := spool.Recover(s.cfg.Dir)
 	if err != nil {
 		return fmt.Errorf("recovering spools: %w", err)
@@ -173,18 +174,66 @@ func (s *Server) recoverSpools() error {
 		}
 		f := fragment.Fragment{Journal: rec.Journal, Begin: rec.Begin, End: rec.End, Sum: rec.Sum,
 			Codec: codecOf(spec), Store: s.storesOf(spec)[0]}
-		s.localMu.Lock()
-		s.locals[rec.Journal] = append(s.locals[rec.Journal], entry{frag: f, rec: rec})
-		s.localMu.Unlock()
-		s.persister.enqueue(&persistJob{frag: f, open: rec.Reader, done: func(stored fragment.Fragment) {
-			s.persisted(rec.Journal, stored)
-			if err := rec.Remove(); err != nil {
-				s.log.Warn("removing persisted spool", "path", rec.Path(), "err", err)
-			}
-		}})
-		s.log.Info("recovered spool", "journal", rec.Journal, "begin", rec.Begin, "end", rec.End)
+		if other, ok := s.conflict(ctx, spec, f); ok {
+			s.quarantine(rec, other)
+			continue
+		}
+		s.adopt(rec, f)
 	}
 	return nil
+}
+
+// conflict finds a stored fragment that overlaps f with other content:
+// while this broker was down, its journal moved, and another primary wrote
+// those offsets (possible only at replication 1). Offsets never change
+// once acknowledged, so the stored content stands.
+func (s *Server) conflict(ctx context.Context, spec *protocol.JournalSpec, f fragment.Fragment) (fragment.Fragment, bool) {
+	var found fragment.Fragment
+	ok := false
+	for _, url := range s.storesOf(spec) {
+		store, err := s.stores.get(ctx, url)
+		if err != nil {
+			s.log.Warn("cannot check a recovered spool against its store", "store", url, "err", err)
+			continue
+		}
+		err = store.List(ctx, f.Journal, func(g fragment.Fragment) error {
+			if g.Begin < f.End && f.Begin < g.End && !(g.Begin == f.Begin && g.End == f.End && g.Sum == f.Sum) &&
+				!(g.Begin <= f.Begin && f.End <= g.End && g.Sum == f.Sum) {
+				found, ok = g, true
+			}
+			return nil
+		})
+		if err != nil {
+			s.log.Warn("cannot check a recovered spool against its store", "store", url, "err", err)
+		}
+	}
+	return found, ok
+}
+
+// quarantine keeps a conflicting recovered spool out of the journal, on
+// disk for an operator, and says so loudly.
+func (s *Server) quarantine(rec *spool.Recovered, other fragment.Fragment) {
+	dir := filepath.Join(s.cfg.Dir, "#quarantine") // "#" never appears in a journal name.
+	err := rec.MoveTo(dir)
+	s.log.Error("recovered spool conflicts with content another broker wrote at the same offsets; "+
+		"kept out of the journal (use replication 2 or more to avoid this)",
+		"journal", rec.Journal, "begin", rec.Begin, "end", rec.End, "stored", other.Name(),
+		"quarantine", dir, "moveErr", err)
+	spoolsQuarantined.Inc()
+}
+
+// adopt indexes a recovered spool for reads and queues it for persisting.
+func (s *Server) adopt(rec *spool.Recovered, f fragment.Fragment) {
+	s.localMu.Lock()
+	s.locals[rec.Journal] = append(s.locals[rec.Journal], entry{frag: f, rec: rec})
+	s.localMu.Unlock()
+	s.persister.enqueue(&persistJob{frag: f, open: rec.Reader, done: func(stored fragment.Fragment) {
+		s.persisted(rec.Journal, stored)
+		if err := rec.Remove(); err != nil {
+			s.log.Warn("removing persisted spool", "path", rec.Path(), "err", err)
+		}
+	}})
+	s.log.Info("recovered spool", "journal", rec.Journal, "begin", rec.Begin, "end", rec.End)
 }
 
 // localEntries are the recovered spools of journal not yet persisted.

@@ -158,5 +158,22 @@ func (r *Recovered) verify(log []byte, content io.ReaderAt) error {
 	return nil
 }
 
+// MoveTo moves the recovered spool's files into dir (created if needed),
+// out of the spools that Recover finds.
+func (r *Recovered) MoveTo(dir string) error {
+	dir = filepath.Join(dir, url.PathEscape(r.Journal))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("quarantining spool: %w", err)
+	}
+	for _, p := range []*string{&r.content, &r.commits} {
+		to := filepath.Join(dir, filepath.Base(*p))
+		if err := os.Rename(*p, to); err != nil {
+			return fmt.Errorf("quarantining spool: %w", err)
+		}
+		*p = to
+	}
+	return nil
+}
+
 // Path is where the recovered content lives, for messages.
 func (r *Recovered) Path() string { return filepath.Clean(r.content) }
