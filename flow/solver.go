@@ -161,18 +161,27 @@ func (s *Solver) zoneCap(r int32, l zoneLevel) int32 {
 // setup sizes the buffers and computes zones, capped replication and member
 // targets for s.p.
 func (s *Solver) setup() {
-	p := s.p
-	s.nItems, s.nMembers = int32(len(p.Items)), int32(len(p.Members))
+	s.nItems, s.nMembers = int32(len(s.p.Items)), int32(len(s.p.Members))
+	active := s.setupZones()
+	s.setupMembersOfZones(active)
+	s.setupItems(active)
+	s.setupMembers()
+	s.targets()
+	s.setupNodes()
+}
 
+// setupZones caps limits and numbers the effective zones (those with a
+// member able to take items). It returns the number of such members.
+func (s *Solver) setupZones() (active int32) {
+	p := s.p
 	// A member can hold each item at most once, so a limit above the number
 	// of items is never binding. Capping it keeps Σ limits small enough for
-	// the 128-bit share arithmetic below and for int32 loads.
+	// the 128-bit share arithmetic of targets and for int32 loads.
 	s.lim = resize(s.lim, int(s.nMembers))
 	s.effZone = resize(s.effZone, p.Zones)
 	for z := range s.effZone {
 		s.effZone[z] = -1
 	}
-	var active int32
 	for m, mem := range p.Members {
 		s.lim[m] = int32(min(mem.Limit, len(p.Items)))
 		if s.lim[m] > 0 {
@@ -187,8 +196,13 @@ func (s *Solver) setup() {
 			s.nz++
 		}
 	}
+	return active
+}
 
-	// Members of each effective zone, in member order (CSR).
+// setupMembersOfZones lists the members of each effective zone, in member
+// order (compressed sparse rows).
+func (s *Solver) setupMembersOfZones(active int32) {
+	p := s.p
 	s.zoneOf = resize(s.zoneOf, int(s.nMembers))
 	s.zoneStart = resize(s.zoneStart, int(s.nz)+1)
 	for m, mem := range p.Members {
@@ -212,20 +226,25 @@ func (s *Solver) setup() {
 		}
 	}
 	s.zoneLen = fill
+}
 
-	// Items: capped replication and holder slots.
+// setupItems caps replications and sizes the items' holder slots.
+func (s *Solver) setupItems(active int32) {
 	s.rep = resize(s.rep, int(s.nItems))
 	s.fS = resize(s.fS, int(s.nItems))
 	s.nh = resize(s.nh, int(s.nItems))
 	s.hOff = resize(s.hOff, int(s.nItems)+1)
-	for i, it := range p.Items {
+	for i, it := range s.p.Items {
 		s.rep[i] = int32(min(it.Replication, int(active)))
 		s.hOff[i+1] = s.hOff[i] + s.rep[i]
 	}
 	s.holdM = resize(s.holdM, int(s.hOff[s.nItems]))
 	s.holdNew = resize(s.holdNew, int(s.hOff[s.nItems]))
+}
 
-	// Members: flow, targets, held lists (keeping their capacity).
+// setupMembers sizes the members' flows, targets and held lists, keeping
+// the lists' capacity.
+func (s *Solver) setupMembers() {
 	s.fT = resize(s.fT, int(s.nMembers))
 	s.capT = resize(s.capT, int(s.nMembers))
 	s.seedT = resize(s.seedT, int(s.nMembers))
@@ -242,9 +261,10 @@ func (s *Solver) setup() {
 	for m := range s.held {
 		s.held[m] = s.held[m][:0]
 	}
-	s.targets()
+}
 
-	// Zone-items and nodes.
+// setupNodes sizes the zone-items and the per-node push-relabel state.
+func (s *Solver) setupNodes() {
 	nzi := int(s.nItems) * int(s.nz)
 	s.fZ = resize(s.fZ, nzi)
 	s.capZ = resize(s.capZ, nzi)
