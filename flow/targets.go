@@ -17,7 +17,6 @@ import "math/bits"
 // re-solve moves nothing; targets that ignored zones would make members of a
 // small zone shed seeds that no other member may take.
 func (s *Solver) targets() {
-	nz := int(s.nz)
 	var desired, total int64
 	for _, r := range s.rep {
 		desired += int64(r)
@@ -25,18 +24,24 @@ func (s *Solver) targets() {
 	for _, l := range s.lim {
 		total += int64(l)
 	}
-	if desired >= total || nz == 0 {
+	if desired >= total || s.nz == 0 {
 		// Every member is needed up to its limit.
 		copy(s.floor, s.lim)
 		copy(s.round, s.lim)
 		copy(s.ceil, s.lim)
 		return
 	}
+	zl, lo, hi := s.zoneBounds(desired)
+	w := waterLevel(zl, lo, hi, desired)
+	s.memberShares(zl, lo, hi, w)
+}
 
-	// Per zone: total limit, and load bounds under the even spread.
-	zl := make([]int64, nz)
-	lo := make([]int64, nz)
-	hi := make([]int64, nz)
+// zoneBounds returns, per zone, its total limit and the bounds of its load
+// under the even spread (or only its limit, if the even spread cannot hold
+// all desired replicas).
+func (s *Solver) zoneBounds(desired int64) (zl, lo, hi []int64) {
+	nz := int(s.nz)
+	zl, lo, hi = make([]int64, nz), make([]int64, nz), make([]int64, nz)
 	for m, l := range s.lim {
 		if z := s.zoneOf[m]; z >= 0 {
 			zl[z] += int64(l)
@@ -56,16 +61,27 @@ func (s *Solver) targets() {
 		sumHi += hi[z]
 	}
 	if sumHi < desired {
-		// The even spread cannot hold everything: zones are bounded
-		// by their limits only.
 		copy(hi, zl)
 	}
+	return zl, lo, hi
+}
 
-	// Water level by bisection, then exact: zones strictly inside their
-	// bounds share num/den of their limit, where num is what the clamped
-	// zones leave of D and den is the free zones' total limit.
+// water is the result of waterLevel: the level b, the zones strictly inside
+// their bounds (free), and their share num/den of their limit, where num is
+// what the clamped zones leave of the desired replicas and den is the free
+// zones' total limit.
+type water struct {
+	b        float64
+	free     []bool
+	num, den int64
+}
+
+// waterLevel finds by bisection the level at which zones' loads, each its
+// limit times the level clamped to its bounds, sum to desired; then the
+// exact share of the free zones.
+func waterLevel(zl, lo, hi []int64, desired int64) water {
 	level := func(x float64) (sum float64) {
-		for z := range nz {
+		for z := range zl {
 			sum += min(max(x*float64(zl[z]), float64(lo[z])), float64(hi[z]))
 		}
 		return sum
@@ -79,32 +95,36 @@ func (s *Solver) targets() {
 			b = mid
 		}
 	}
-	free := make([]bool, nz)
-	num, den := desired, int64(0)
-	for z := range nz {
+	w := water{b: b, free: make([]bool, len(zl)), num: desired}
+	for z := range zl {
 		x := b * float64(zl[z])
 		switch {
 		case x <= float64(lo[z]):
-			num -= lo[z]
+			w.num -= lo[z]
 		case x >= float64(hi[z]):
-			num -= hi[z]
+			w.num -= hi[z]
 		default:
-			free[z] = true
-			den += zl[z]
+			w.free[z] = true
+			w.den += zl[z]
 		}
 	}
-	num = max(num, 0)
+	w.num = max(w.num, 0)
+	return w
+}
 
+// memberShares sets each member's floor, nearest and ceiling targets: its
+// zone's share of its limit.
+func (s *Solver) memberShares(zl, lo, hi []int64, w water) {
 	for m, l := range s.lim {
 		z := s.zoneOf[m]
 		if z < 0 {
 			continue
 		}
 		// share = tn·l/td, with tn ≤ td so that it is at most l.
-		tn, td := num, den
-		if !free[z] {
+		tn, td := w.num, w.den
+		if !w.free[z] {
 			tn, td = lo[z], zl[z]
-			if b*float64(zl[z]) >= float64(hi[z]) {
+			if w.b*float64(zl[z]) >= float64(hi[z]) {
 				tn = hi[z]
 			}
 		}
