@@ -53,6 +53,9 @@ type Solver struct {
 	// current phase, balance targets, and the items sending flow to the member
 	// (unordered; each entry is one unit of flow on an implicit arc).
 	lim, fT, capT, seedT []int32
+	// Per zone, for targets: total limit, load bounds, free of its bounds.
+	zl, zlo, zhi []int64
+	zfree        []bool
 	floor, round, ceil   []int32
 	held                 [][]int32
 

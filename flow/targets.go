@@ -32,7 +32,8 @@ func (s *Solver) targets() {
 		return
 	}
 	zl, lo, hi := s.zoneBounds(desired)
-	w := waterLevel(zl, lo, hi, desired)
+	s.zfree = resize(s.zfree, len(zl))
+	w := waterLevel(zl, lo, hi, desired, s.zfree)
 	s.memberShares(zl, lo, hi, w)
 }
 
@@ -41,7 +42,8 @@ func (s *Solver) targets() {
 // all desired replicas).
 func (s *Solver) zoneBounds(desired int64) (zl, lo, hi []int64) {
 	nz := int(s.nz)
-	zl, lo, hi = make([]int64, nz), make([]int64, nz), make([]int64, nz)
+	s.zl, s.zlo, s.zhi = resize(s.zl, nz), resize(s.zlo, nz), resize(s.zhi, nz)
+	zl, lo, hi = s.zl, s.zlo, s.zhi
 	for m, l := range s.lim {
 		if z := s.zoneOf[m]; z >= 0 {
 			zl[z] += int64(l)
@@ -79,7 +81,7 @@ type water struct {
 // waterLevel finds by bisection the level at which zones' loads, each its
 // limit times the level clamped to its bounds, sum to desired; then the
 // exact share of the free zones.
-func waterLevel(zl, lo, hi []int64, desired int64) water {
+func waterLevel(zl, lo, hi []int64, desired int64, free []bool) water {
 	level := func(x float64) (sum float64) {
 		for z := range zl {
 			sum += min(max(x*float64(zl[z]), float64(lo[z])), float64(hi[z]))
@@ -95,7 +97,7 @@ func waterLevel(zl, lo, hi []int64, desired int64) water {
 			b = mid
 		}
 	}
-	w := water{b: b, free: make([]bool, len(zl)), num: desired}
+	w := water{b: b, free: free, num: desired}
 	for z := range zl {
 		x := b * float64(zl[z])
 		switch {
