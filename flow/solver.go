@@ -54,10 +54,10 @@ type Solver struct {
 	// (unordered; each entry is one unit of flow on an implicit arc).
 	lim, fT, capT, seedT []int32
 	// Per zone, for targets: total limit, load bounds, free of its bounds.
-	zl, zlo, zhi []int64
-	zfree        []bool
-	floor, round, ceil   []int32
-	held                 [][]int32
+	zl, zlo, zhi       []int64
+	zfree              []bool
+	floor, round, ceil []int32
+	held               [][]int32
 
 	// Push-relabel state per node: height, excess, current-arc position.
 	h, ex, cur []int32
