@@ -1,0 +1,600 @@
+package recoverylog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/labels"
+)
+
+// AuthorRegister is the name of the journal register that holds the ID of
+// the recorder that owns a recovery log.
+const AuthorRegister = "author"
+
+// ErrFenced is wrapped by the errors of a recorder that another recorder
+// has deposed: the journal's author register no longer names it.
+var ErrFenced = errors.New("recovery log: recorder is fenced: another recorder took over the log")
+
+// ErrRecorderFailed is wrapped by the errors of a recorder whose append
+// failed for another reason; it records nothing more.
+var ErrRecorderFailed = errors.New("recovery log: recorder failed")
+
+// Defaults of RecorderConfig.
+const (
+	DefaultMaxBuffer     = 4 << 20
+	DefaultAppendTimeout = time.Minute
+)
+
+// RecorderConfig configures a Recorder.
+type RecorderConfig struct {
+	Client  *client.Client
+	Journal string
+	// Author is the recorder's ID: a label value, unique to this recorder
+	// (for example the shard's assignment and the process).
+	Author string
+	// Dir is the recorded directory. Its files must be exactly those of
+	// FSM (all of them, with the same content), or it is empty if FSM is
+	// nil.
+	Dir string
+	// FSM is the log's state to continue from: a Player's, after it
+	// finished at the write head (the recorder keeps a copy). Nil means
+	// the log must be empty.
+	FSM *FSM
+	// Base is the file system that holds Dir; nil means vfs.Default.
+	Base vfs.FS
+	// MaxBuffer is how many bytes of ops the recorder holds before it
+	// appends them without waiting for a sync. Zero means DefaultMaxBuffer.
+	MaxBuffer int
+	// AppendTimeout bounds each append, retries included. Zero means
+	// DefaultAppendTimeout.
+	AppendTimeout time.Duration
+}
+
+// Recorder is a vfs.FS that records every change made to the files of its
+// directory into a recovery log. See the package documentation.
+type Recorder struct {
+	cfg  RecorderConfig
+	base vfs.FS
+	root string // Absolute and clean.
+
+	mu      sync.Mutex
+	fsm     *FSM   // The state with every op recorded, appended or pending.
+	pending []byte // Frames not yet appended; they end at fsm.Offset.
+	spare   []byte
+	err     error // Sticky: set by the first failed append.
+
+	appendMu sync.Mutex // Held while appending, so appends are in order.
+}
+
+var _ vfs.FS = (*Recorder)(nil)
+
+// NewRecorder takes over the log and returns a recorder of cfg.Dir. The
+// takeover is an empty append that requires the log's write head to be
+// cfg.FSM.Offset (0 without an FSM) and sets the journal's author
+// register to cfg.Author; every later append requires the register to
+// still name cfg.Author. It fails with an error wrapping
+// client.ErrWrongAppendOffset if the log has grown since the FSM's
+// playback: play it again, then retry.
+func NewRecorder(ctx context.Context, cfg RecorderConfig) (*Recorder, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Recorder{cfg: cfg, base: cfg.Base, fsm: NewFSM(0)}
+	if r.base == nil {
+		r.base = vfs.Default
+	}
+	if cfg.FSM != nil {
+		r.fsm = cfg.FSM.clone()
+	}
+	if r.cfg.MaxBuffer <= 0 {
+		r.cfg.MaxBuffer = DefaultMaxBuffer
+	}
+	if r.cfg.AppendTimeout <= 0 {
+		r.cfg.AppendTimeout = DefaultAppendTimeout
+	}
+	root, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("recoverylog: recorder directory %q: %w", cfg.Dir, err)
+	}
+	r.root = root
+	if err := r.takeOver(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (cfg *RecorderConfig) validate() error {
+	switch {
+	case cfg.Client == nil:
+		return errors.New("recoverylog: recorder config: Client is nil")
+	case cfg.Dir == "":
+		return errors.New("recoverylog: recorder config: Dir is empty")
+	}
+	if err := labels.ValidateValue(cfg.Author); err != nil || cfg.Author == "" {
+		return fmt.Errorf("recoverylog: recorder config: Author %q is not a non-empty label value: %v", cfg.Author, err)
+	}
+	return nil
+}
+
+func (r *Recorder) takeOver(ctx context.Context) error {
+	head := r.fsm.Offset
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.AppendTimeout)
+	defer cancel()
+	_, err := r.cfg.Client.Append(ctx, client.AppendRequest{
+		Journal:  r.cfg.Journal,
+		Offset:   &head,
+		Subtract: labels.Set{{Name: AuthorRegister}},
+		Union:    labels.Set{{Name: AuthorRegister, Value: r.cfg.Author}},
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("recoverylog: recorder %q taking over log %q at offset %d: %w",
+			r.cfg.Author, r.cfg.Journal, head, err)
+	}
+	return nil
+}
+
+// Author returns the recorder's ID.
+func (r *Recorder) Author() string { return r.cfg.Author }
+
+// Err returns the error that stopped the recorder, or nil.
+func (r *Recorder) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Sync appends every op recorded so far to the log.
+func (r *Recorder) Sync() error { return r.flush() }
+
+// FSM returns a copy of the recorder's state: every op recorded, whether
+// appended yet or not.
+func (r *Recorder) FSM() *FSM {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fsm.clone()
+}
+
+// rel returns name relative to the recorded directory, slash-separated,
+// or false if it is outside.
+func (r *Recorder) rel(name string) (string, bool) {
+	abs, err := filepath.Abs(name)
+	if err != nil {
+		return "", false
+	}
+	rel, err := filepath.Rel(r.root, abs)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", false
+	}
+	return filepath.ToSlash(rel), true
+}
+
+// record assigns op its sequence number and author, applies it to the
+// state and adds its frame to the pending ones. r.mu is held.
+func (r *Recorder) record(op *Op) error {
+	if r.err != nil {
+		return r.err
+	}
+	op.Seq, op.Author = r.fsm.LastSeq+1, r.cfg.Author
+	if op.Kind == KindCreate {
+		op.Node = op.Seq
+	}
+	n, begin := len(r.pending), r.fsm.Offset
+	r.pending = AppendOp(r.pending, op)
+	if err := r.fsm.Apply(op, begin, begin+int64(len(r.pending)-n)); err != nil {
+		r.pending = r.pending[:n]
+		// The directory and the state disagree: a bug, or a file changed
+		// behind the recorder's back. Nothing more can be recorded safely.
+		r.err = fmt.Errorf("%w: recorder %q: %w", ErrRecorderFailed, r.cfg.Author, err)
+		return r.err
+	}
+	return nil
+}
+
+// full reports whether pending ops should be appended without waiting
+// for a sync. r.mu is held.
+func (r *Recorder) full() bool { return len(r.pending) >= r.cfg.MaxBuffer }
+
+// flush appends the pending ops, if any, in one append.
+func (r *Recorder) flush() error {
+	r.appendMu.Lock()
+	defer r.appendMu.Unlock()
+	r.mu.Lock()
+	data, end, err := r.pending, r.fsm.Offset, r.err
+	r.pending = r.spare[:0]
+	r.spare = nil
+	r.mu.Unlock()
+	if err != nil || len(data) == 0 {
+		return err
+	}
+	err = r.append(data, end-int64(len(data)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if r.err == nil {
+			r.err = err
+		}
+		return r.err
+	}
+	r.spare = data[:0]
+	return nil
+}
+
+// append appends data, which must land at offset begin of the log.
+func (r *Recorder) append(data []byte, begin int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AppendTimeout)
+	defer cancel()
+	commit, err := r.cfg.Client.Append(ctx, client.AppendRequest{
+		Journal:        r.cfg.Journal,
+		CheckRegisters: AuthorRegister + "=" + r.cfg.Author,
+	}, bytes.NewReader(data))
+	switch {
+	case errors.Is(err, client.ErrRegisterMismatch):
+		return fmt.Errorf("%w: recorder %q: append of %d bytes for log offset %d refused: %w",
+			ErrFenced, r.cfg.Author, len(data), begin, err)
+	case err != nil:
+		return fmt.Errorf("%w: recorder %q: append of %d bytes for log offset %d: %w",
+			ErrRecorderFailed, r.cfg.Author, len(data), begin, err)
+	case commit.GetBegin() != begin:
+		return fmt.Errorf("%w: recorder %q: append of %d bytes committed at log offset %d, expected %d: the log holds content this recorder did not write",
+			ErrRecorderFailed, r.cfg.Author, len(data), commit.GetBegin(), begin)
+	}
+	return nil
+}
+
+// failed returns the recorder's sticky error.
+func (r *Recorder) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Create creates name, recording the removal of a file it replaces.
+func (r *Recorder) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	rel, ok := r.rel(name)
+	if !ok {
+		return r.base.Create(name, category)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return nil, r.err
+	}
+	f, err := r.base.Create(name, category)
+	if err != nil {
+		return nil, err
+	}
+	node, err := r.recordCreate(rel)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &recordedFile{File: f, r: r, node: node}, nil
+}
+
+// recordCreate records the creation of an empty file at rel, replacing
+// any. r.mu is held.
+func (r *Recorder) recordCreate(rel string) (uint64, error) {
+	if _, ok := r.fsm.paths[rel]; ok {
+		if err := r.record(&Op{Kind: KindUnlink, Path: rel}); err != nil {
+			return 0, err
+		}
+	}
+	op := &Op{Kind: KindCreate, Path: rel}
+	if err := r.record(op); err != nil {
+		return 0, err
+	}
+	return op.Node, nil
+}
+
+// adopt records the file now at rel, which the recorder did not write
+// (it was linked or renamed from outside the directory): its creation and
+// its whole content. r.mu is held.
+func (r *Recorder) adopt(name, rel string) error {
+	node, err := r.recordCreate(rel)
+	if err != nil {
+		return err
+	}
+	f, err := r.base.Open(name)
+	if err != nil {
+		return fmt.Errorf("recoverylog: recording %q: %w", rel, err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if rerr := r.recordWrite(node, buf[:n]); rerr != nil {
+				return rerr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("recoverylog: recording %q: %w", rel, err)
+		}
+	}
+}
+
+// recordWrite records data appended to node, unless the node has no link
+// left (its content can no longer be seen). r.mu is held.
+func (r *Recorder) recordWrite(node uint64, data []byte) error {
+	if r.err != nil {
+		return r.err
+	}
+	n, ok := r.fsm.nodes[node]
+	if !ok {
+		return nil
+	}
+	for len(data) > 0 {
+		chunk := data[:min(len(data), maxWriteData)]
+		if err := r.record(&Op{Kind: KindWrite, Node: node, Offset: n.Length, Data: chunk}); err != nil {
+			return err
+		}
+		data = data[len(chunk):]
+	}
+	return nil
+}
+
+// Link links newname to oldname's file.
+func (r *Recorder) Link(oldname, newname string) error {
+	newRel, ok := r.rel(newname)
+	if !ok {
+		return r.base.Link(oldname, newname)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	if err := r.base.Link(oldname, newname); err != nil {
+		return err
+	}
+	if oldRel, ok := r.rel(oldname); ok {
+		if id, ok := r.fsm.paths[oldRel]; ok {
+			return r.record(&Op{Kind: KindLink, Node: id, Path: newRel})
+		}
+	}
+	return r.adopt(newname, newRel)
+}
+
+// Open opens name for reading; it records nothing.
+func (r *Recorder) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	return r.base.Open(name, opts...)
+}
+
+// OpenReadWrite is not supported within the directory: the log records
+// files written from their start to their end only. Pebble uses it only
+// for its shared cache.
+func (r *Recorder) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	if _, ok := r.rel(name); !ok {
+		return r.base.OpenReadWrite(name, category, opts...)
+	}
+	return nil, fmt.Errorf("recoverylog: OpenReadWrite %q: %w: the recorder records appending writes only",
+		name, errors.ErrUnsupported)
+}
+
+// OpenDir opens a directory; syncing it appends the pending ops.
+func (r *Recorder) OpenDir(name string) (vfs.File, error) {
+	f, err := r.base.OpenDir(name)
+	if err != nil {
+		return nil, err
+	}
+	return &syncedFile{File: f, r: r}, nil
+}
+
+// Remove removes name, recording the removal of its link.
+func (r *Recorder) Remove(name string) error {
+	rel, ok := r.rel(name)
+	if !ok {
+		return r.base.Remove(name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	if err := r.base.Remove(name); err != nil {
+		return err
+	}
+	if _, ok := r.fsm.paths[rel]; ok {
+		return r.record(&Op{Kind: KindUnlink, Path: rel})
+	}
+	return nil
+}
+
+// RemoveAll removes name and everything beneath it, recording the removal
+// of each link.
+func (r *Recorder) RemoveAll(name string) error {
+	rel, ok := r.rel(name)
+	abs, _ := filepath.Abs(name)
+	if !ok && abs != r.root {
+		return r.base.RemoveAll(name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	err := r.base.RemoveAll(name)
+	for _, p := range r.fsm.Paths() {
+		if abs == r.root || p == rel || strings.HasPrefix(p, rel+"/") {
+			if _, serr := r.base.Stat(filepath.Join(r.root, filepath.FromSlash(p))); !os.IsNotExist(serr) {
+				continue // Not removed, as err says.
+			}
+			if rerr := r.record(&Op{Kind: KindUnlink, Path: p}); rerr != nil {
+				return rerr
+			}
+		}
+	}
+	return err
+}
+
+// Rename renames oldname to newname, replacing any newname.
+func (r *Recorder) Rename(oldname, newname string) error {
+	oldRel, oldIn := r.rel(oldname)
+	newRel, newIn := r.rel(newname)
+	if !oldIn && !newIn {
+		return r.base.Rename(oldname, newname)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	if err := r.base.Rename(oldname, newname); err != nil {
+		return err
+	}
+	oldID, tracked := r.fsm.paths[oldRel]
+	switch {
+	case tracked && !newIn:
+		return r.record(&Op{Kind: KindUnlink, Path: oldRel})
+	case tracked:
+		if newID, ok := r.fsm.paths[newRel]; ok && newID == oldID {
+			return nil // Links of one file: rename(2) does nothing.
+		}
+		return r.record(&Op{Kind: KindRename, Path: oldRel, NewPath: newRel})
+	case newIn:
+		return r.adopt(newname, newRel)
+	}
+	return nil
+}
+
+// ReuseForWrite does not reuse oldname, as its contract allows: it
+// removes oldname and creates newname, so that a file's content is always
+// written from its start.
+func (r *Recorder) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if err := r.Remove(oldname); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	return r.Create(newname, category)
+}
+
+// MkdirAll creates directories; they are not recorded (a player creates
+// the directories of the paths it links).
+func (r *Recorder) MkdirAll(dir string, perm os.FileMode) error { return r.base.MkdirAll(dir, perm) }
+
+// Lock locks name; lock files are not recorded.
+func (r *Recorder) Lock(name string) (io.Closer, error) { return r.base.Lock(name) }
+
+// List lists dir.
+func (r *Recorder) List(dir string) ([]string, error) { return r.base.List(dir) }
+
+// Stat describes name.
+func (r *Recorder) Stat(name string) (vfs.FileInfo, error) { return r.base.Stat(name) }
+
+// PathBase is the base FS's.
+func (r *Recorder) PathBase(path string) string { return r.base.PathBase(path) }
+
+// PathJoin is the base FS's.
+func (r *Recorder) PathJoin(elem ...string) string { return r.base.PathJoin(elem...) }
+
+// PathDir is the base FS's.
+func (r *Recorder) PathDir(path string) string { return r.base.PathDir(path) }
+
+// GetDiskUsage is the base FS's.
+func (r *Recorder) GetDiskUsage(path string) (vfs.DiskUsage, error) { return r.base.GetDiskUsage(path) }
+
+// Unwrap returns the base FS.
+func (r *Recorder) Unwrap() vfs.FS { return r.base }
+
+// syncedFile is a file (or directory) whose syncs also append the pending
+// ops of every file. The local sync and the append run concurrently; both
+// are done when a sync returns.
+type syncedFile struct {
+	vfs.File
+	r *Recorder
+}
+
+// alongside runs the local sync and the flush concurrently and returns
+// the first error.
+func (f *syncedFile) alongside(local func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f.r.flush() }()
+	err := local()
+	if ferr := <-done; err == nil {
+		err = ferr
+	}
+	return err
+}
+
+func (f *syncedFile) Sync() error     { return f.alongside(f.File.Sync) }
+func (f *syncedFile) SyncData() error { return f.alongside(f.File.SyncData) }
+
+// SyncTo appends the pending ops too: the log then holds the whole file.
+func (f *syncedFile) SyncTo(length int64) (bool, error) {
+	var full bool
+	err := f.alongside(func() (err error) {
+		full, err = f.File.SyncTo(length)
+		return err
+	})
+	return full, err
+}
+
+// recordedFile is a file of the directory opened for writing.
+type recordedFile struct {
+	vfs.File
+	r    *Recorder
+	node uint64
+}
+
+func (f *recordedFile) Write(p []byte) (int, error) {
+	if err := f.r.failed(); err != nil {
+		return 0, err
+	}
+	n, err := f.File.Write(p)
+	if n > 0 {
+		if rerr := f.recordWrite(p[:n]); rerr != nil {
+			return n, rerr
+		}
+	}
+	return n, err
+}
+
+// WriteAt is supported only at the end of the file.
+func (f *recordedFile) WriteAt(p []byte, off int64) (int, error) {
+	f.r.mu.Lock()
+	n, ok := f.r.fsm.nodes[f.node]
+	end := ok && n.Length == off
+	f.r.mu.Unlock()
+	if !end {
+		return 0, fmt.Errorf("recoverylog: WriteAt offset %d, not the end of the file: %w", off, errors.ErrUnsupported)
+	}
+	if err := f.r.failed(); err != nil {
+		return 0, err
+	}
+	w, err := f.File.WriteAt(p, off)
+	if w > 0 {
+		if rerr := f.recordWrite(p[:w]); rerr != nil {
+			return w, rerr
+		}
+	}
+	return w, err
+}
+
+func (f *recordedFile) recordWrite(p []byte) error {
+	f.r.mu.Lock()
+	err := f.r.recordWrite(f.node, p)
+	full := f.r.full()
+	f.r.mu.Unlock()
+	if err == nil && full {
+		err = f.r.flush()
+	}
+	return err
+}
+
+func (f *recordedFile) Sync() error     { return (&syncedFile{f.File, f.r}).Sync() }
+func (f *recordedFile) SyncData() error { return (&syncedFile{f.File, f.r}).SyncData() }
+func (f *recordedFile) SyncTo(length int64) (bool, error) {
+	return (&syncedFile{f.File, f.r}).SyncTo(length)
+}
