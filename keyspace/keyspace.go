@@ -132,6 +132,9 @@ func (ks *KeySpace) WaitForRevision(ctx context.Context, rev int64) error {
 
 // Observe registers fn, called with the keyspace's lock held after each
 // applied change (and after each Load), with the new mirror and revision.
+// Watch responses that arrive together are applied as one change, so a
+// call may cover several revisions; the mirror it sees is always the state
+// of etcd at its revision.
 // fn must not call the KeySpace's methods, nor the returned cancel: they take
 // the lock. cancel unregisters fn; once it returns, fn is not called again.
 func (ks *KeySpace) Observe(fn func(kvs KeyValues, rev int64)) (cancel func()) {
