@@ -3,6 +3,7 @@ package recoverylog
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -93,4 +94,111 @@ func BenchmarkPlayback(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(size)/(1<<20), "log-MB")
+}
+
+// dirSize returns the total size of the files under dir.
+func dirSize(b testing.TB, dir string) int64 {
+	var n int64
+	for _, s := range dirSizes(b, dir) {
+		n += s
+	}
+	return n
+}
+
+func dirSizes(b testing.TB, dir string) map[string]int64 {
+	out := map[string]int64{}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && !e.IsDir() {
+			out[e.Name()] = fi.Size()
+		}
+	}
+	return out
+}
+
+// BenchmarkReplayHorizon overwrites the same key range many times on a
+// recorded Pebble (PebbleOptions, default memtable and compactions), into
+// a log whose fragments persist to the store within a second, then plays
+// the log from fresh hints and from its start. It reports the log's
+// size, the database's size on disk, the log bytes read from hints, and
+// their ratio; the MB/s are of log bytes read from the fragment store.
+func BenchmarkReplayHorizon(b *testing.B) {
+	const (
+		journal = "bench/horizon"
+		keys    = 10000
+		rounds  = 10
+	)
+	c, cl := persistedLog(b, journal, 8<<20)
+	dir := filepath.Join(b.TempDir(), "db")
+	rec := newRecorder(b, cl, journal, dir, "bench", nil)
+	opts := benchOptions(rec)
+	PebbleOptions(opts)
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	value := make([]byte, 1024)
+	for range rounds {
+		perm := rng.Perm(keys)
+		for i := 0; i < keys; i += 100 {
+			batch := db.NewBatch()
+			for _, k := range perm[i:min(i+100, keys)] {
+				for j := range value {
+					value[j] = byte(rng.Uint32())
+				}
+				if err := batch.Set([]byte(fmt.Sprintf("key-%08d", k)), value, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := batch.Commit(pebble.Sync); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	h, err := rec.Hints()
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, _ := MarshalHints(h)
+	dbSize := dirSize(b, dir)
+	defer db.Close()
+	waitPersisted(b, c, journal, h.Offset)
+	var read int64
+	for _, s := range h.Segments(DefaultSegmentGap) {
+		read += s.End - s.Begin
+	}
+	b.Logf("log %d bytes; database %d bytes on disk in %d files; hints %d bytes of JSON, %d nodes; from hints: read %d bytes (%.2f× the database)",
+		h.Offset, dbSize, len(dirSizes(b, dir)), len(js), len(h.Nodes), read, float64(read)/float64(dbSize))
+	for _, from := range []string{"hints", "start"} {
+		b.Run("from="+from, func(b *testing.B) {
+			cfg := PlayerConfig{Client: cl, Journal: journal}
+			size := h.Offset
+			if from == "hints" {
+				cfg.Hints, size = h, read
+			}
+			b.SetBytes(size)
+			for range b.N {
+				cfg.Dir = filepath.Join(b.TempDir(), "played")
+				p, err := NewPlayer(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Play(testContext(b)); err != nil {
+					b.Fatal(err)
+				}
+				if pr := p.Progress(); pr.Offset < h.Offset || pr.BytesRead < size {
+					b.Fatalf("played %+v", pr)
+				}
+				os.RemoveAll(cfg.Dir)
+			}
+			b.ReportMetric(float64(h.Offset)/(1<<20), "log-MB")
+			b.ReportMetric(float64(dbSize)/(1<<20), "db-MB")
+			b.ReportMetric(float64(size)/(1<<20), "read-MB")
+			b.ReportMetric(float64(size)/float64(dbSize), "read/db")
+		})
+	}
 }

@@ -54,11 +54,52 @@
 // of the paths it links. Files moved or linked into the directory from
 // outside (as ingestion does) are recorded whole.
 //
-// # Hints
+// # Hints, and a bounded replay horizon
 //
-// Recorder.Hints describes the live nodes: where each one's create op is
-// in the log, its length and links. Playback from hints and pruning the
-// log by them are not implemented yet.
+// Recorder.Hints describes the live nodes: for each, the log offsets of
+// its create op and just past its last write (all its ops lie between),
+// its length and links, whether it is sealed (no handle writes it any
+// more: Pebble never writes a file again once it closed it), and, for
+// small nodes, their content inline (Hints documents which, and the
+// bounds RecorderConfig.HintInlineMax and HintInlineTotal). Hints are
+// JSON (MarshalHints, UnmarshalHints, which validates them) for a
+// consumer to keep in etcd; they describe only ops already appended.
+//
+// A Player given hints (PlayerConfig.Hints) writes the inline nodes,
+// then reads only the log segments of the other live nodes
+// (Hints.Segments; segments closer than PlayerConfig.SegmentGap are read
+// as one), applying their create and write ops and skipping every other
+// op (those of nodes that are gone, and links, renames and unlinks: the
+// hints give the final links). Within a segment it checks that sequence
+// numbers follow one another and that writes land at each node's length;
+// at the end each node must have the length the hints give. It then takes
+// the hints' state as its own and plays every op after the hints' offset
+// with full checks, as from the start. Progress reports the bytes read
+// and skipped.
+//
+// What keeps the log bytes read near the database's size: PebbleOptions
+// makes Pebble roll its MANIFEST over (it would otherwise stay live, and
+// its ops needed, up to 128 MiB); the current WAL lives until its
+// memtable is flushed; OPTIONS, markers and small MANIFESTs ride inline;
+// and an sstable, however old, is one short segment of the log. After a
+// long run of overwrites the bytes read from fresh hints are within 2× of
+// the database's size on disk (BENCHMARKS.md).
+//
+// Prune removes the fragments of the log that end before
+// Hints.PruneBefore: the earliest create op of a live node that is not
+// both inline and sealed (an inline node still open may outgrow the
+// inline bound, and later hints would need its ops; a sealed node once
+// inline stays inline in later hints of the same recorder, and of a
+// recorder continuing from a player of those hints). It removes only
+// persisted fragments, from their stores, so it needs the stores'
+// credentials. Playback from the hints pruned by, or from later ones,
+// never reads the removed range; playback from the start or from older
+// hints fails with an error naming the missing content.
+//
+// One limit: a recorder continuing from a player that started before the
+// hints used to prune may choose other small sealed nodes to inline, if
+// together they exceed HintInlineTotal; its hints may then need pruned
+// ops, and playback from them fails, naming the missing content.
 //
 // # Fencing
 //

@@ -30,6 +30,7 @@ type Node struct {
 	ID          uint64 // The sequence number of the op that created it.
 	Length      int64
 	FirstOffset int64               // Log offset of its create op.
+	EndOffset   int64               // Log offset just past its last create or write op.
 	Links       map[string]struct{} // Paths, relative to the directory.
 }
 
@@ -44,11 +45,15 @@ type FSM struct {
 
 	nodes map[uint64]*Node
 	paths map[string]uint64
+	// pinned are sealed nodes that hints have carried inline: later hints
+	// carry them inline too, so that pruning by earlier hints never
+	// removes ops that later hints need (see Hints).
+	pinned map[uint64]struct{}
 }
 
 // NewFSM returns the state of an empty log whose ops begin at offset.
 func NewFSM(offset int64) *FSM {
-	return &FSM{Offset: offset, nodes: map[uint64]*Node{}, paths: map[string]uint64{}}
+	return &FSM{Offset: offset, nodes: map[uint64]*Node{}, paths: map[string]uint64{}, pinned: map[uint64]struct{}{}}
 }
 
 // Apply checks that op, whose frame is [offset, end) in the log, follows
@@ -58,7 +63,7 @@ func (f *FSM) Apply(op *Op, offset, end int64) error {
 	if err := f.check(op); err != nil {
 		return &OpError{Offset: offset, Op: op.String(), Reason: err.Error()}
 	}
-	f.apply(op, offset)
+	f.apply(op, offset, end)
 	f.LastSeq, f.Author, f.Offset = op.Seq, op.Author, end
 	return nil
 }
@@ -127,10 +132,10 @@ func (f *FSM) linked(p string) error {
 }
 
 // apply applies a checked op.
-func (f *FSM) apply(op *Op, offset int64) {
+func (f *FSM) apply(op *Op, offset, end int64) {
 	switch op.Kind {
 	case KindCreate:
-		f.nodes[op.Node] = &Node{ID: op.Node, FirstOffset: offset, Links: map[string]struct{}{}}
+		f.nodes[op.Node] = &Node{ID: op.Node, FirstOffset: offset, EndOffset: end, Links: map[string]struct{}{}}
 		f.link(op.Node, op.Path)
 	case KindLink:
 		f.link(op.Node, op.Path)
@@ -139,7 +144,9 @@ func (f *FSM) apply(op *Op, offset int64) {
 	case KindRename:
 		f.rename(op.Path, op.NewPath)
 	case KindWrite:
-		f.nodes[op.Node].Length += int64(len(op.Data))
+		n := f.nodes[op.Node]
+		n.Length += int64(len(op.Data))
+		n.EndOffset = end
 	}
 }
 
@@ -156,6 +163,7 @@ func (f *FSM) unlink(p string) {
 	delete(n.Links, p)
 	if len(n.Links) == 0 {
 		delete(f.nodes, id)
+		delete(f.pinned, id)
 	}
 }
 
@@ -225,5 +233,6 @@ func (f *FSM) clone() *FSM {
 		c.nodes[id] = &nc
 	}
 	c.paths = maps.Clone(f.paths)
+	c.pinned = maps.Clone(f.pinned)
 	return &c
 }

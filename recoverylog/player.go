@@ -25,14 +25,28 @@ type PlayerConfig struct {
 	// until FinishAtWriteHead is called. Without it, Play stops at the
 	// write head.
 	Tail bool
+	// Hints, if not nil, are hints of the log (see Recorder.Hints): the
+	// player installs their inline files, reads only the log segments of
+	// their other live files, then plays every op from their offset on.
+	Hints *Hints
+	// SegmentGap joins segments of the log to read (see Hints.Segments)
+	// that are less than this many bytes apart, to read on rather than
+	// open a new read. Zero means DefaultSegmentGap.
+	SegmentGap int64
 }
+
+// DefaultSegmentGap is the default PlayerConfig.SegmentGap.
+const DefaultSegmentGap = 256 << 10
 
 // Progress of a Player.
 type Progress struct {
 	Offset    int64 // Log offset played up to: the end of the last op applied.
 	WriteHead int64 // The log's write head, as last reported by a broker.
 	BytesRead int64 // Log bytes read.
-	Ops       int64 // Ops applied.
+	// BytesSkipped counts log bytes, before the hints' offset, that
+	// playback from hints did not read.
+	BytesSkipped int64
+	Ops          int64 // Ops applied.
 }
 
 // Player reproduces a recorded directory from its recovery log.
@@ -44,7 +58,7 @@ type Player struct {
 	finish     chan struct{}
 	finishOnce sync.Once
 
-	offset, writeHead, bytesRead, ops atomic.Int64
+	offset, writeHead, bytesRead, bytesSkipped, ops atomic.Int64
 }
 
 // NewPlayer returns a player of the log from its beginning into cfg.Dir,
@@ -62,6 +76,17 @@ func NewPlayer(cfg PlayerConfig) (*Player, error) {
 	}
 	if len(ents) != 0 {
 		return nil, fmt.Errorf("recoverylog: player directory %q is not empty (it holds %q)", cfg.Dir, ents[0].Name())
+	}
+	if h := cfg.Hints; h != nil {
+		if h.Log != cfg.Journal {
+			return nil, fmt.Errorf("%w: they are hints of log %q, not %q", ErrBadHints, h.Log, cfg.Journal)
+		}
+		if err := h.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.SegmentGap <= 0 {
+		cfg.SegmentGap = DefaultSegmentGap
 	}
 	return &Player{cfg: cfg, fsm: NewFSM(0), files: map[uint64]*os.File{}, finish: make(chan struct{})}, nil
 }
@@ -82,7 +107,7 @@ func (p *Player) finishing() bool {
 // Progress returns the player's progress; it is safe to call during Play.
 func (p *Player) Progress() Progress {
 	return Progress{Offset: p.offset.Load(), WriteHead: p.writeHead.Load(),
-		BytesRead: p.bytesRead.Load(), Ops: p.ops.Load()}
+		BytesRead: p.bytesRead.Load(), BytesSkipped: p.bytesSkipped.Load(), Ops: p.ops.Load()}
 }
 
 // FSM returns the state played. Once Play returned nil, it is the state
@@ -96,6 +121,11 @@ func (p *Player) FSM() *FSM { return p.fsm }
 // recorded state.
 func (p *Player) Play(ctx context.Context) error {
 	defer p.closeFiles()
+	if p.cfg.Hints != nil {
+		if err := p.playHints(ctx); err != nil {
+			return err
+		}
+	}
 	if p.cfg.Tail {
 		tail, cancel := context.WithCancel(ctx)
 		go func() {

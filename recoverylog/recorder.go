@@ -59,6 +59,11 @@ type RecorderConfig struct {
 	// AppendTimeout bounds each append, retries included. Zero means
 	// DefaultAppendTimeout.
 	AppendTimeout time.Duration
+	// HintInlineMax is the largest node whose content Hints carry inline,
+	// and HintInlineTotal bounds the inline content of one Hints (see
+	// Hints). Zero means DefaultHintInlineMax and DefaultHintInlineTotal;
+	// negative means none.
+	HintInlineMax, HintInlineTotal int
 }
 
 // Recorder is a vfs.FS that records every change made to the files of its
@@ -73,6 +78,12 @@ type Recorder struct {
 	pending []byte // Frames not yet appended; they end at fsm.Offset.
 	spare   []byte
 	err     error // Sticky: set by the first failed append.
+	// small holds the content of live nodes of at most HintInlineMax
+	// bytes, for Hints.
+	small map[uint64][]byte
+	// writers counts the open handles writing each node; a live node
+	// without any is sealed.
+	writers map[uint64]int
 
 	appendMu sync.Mutex // Held while appending, so appends are in order.
 }
@@ -90,7 +101,7 @@ func NewRecorder(ctx context.Context, cfg RecorderConfig) (*Recorder, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Recorder{cfg: cfg, base: cfg.Base, fsm: NewFSM(0)}
+	r := &Recorder{cfg: cfg, base: cfg.Base, fsm: NewFSM(0), small: map[uint64][]byte{}, writers: map[uint64]int{}}
 	if r.base == nil {
 		r.base = vfs.Default
 	}
@@ -103,15 +114,49 @@ func NewRecorder(ctx context.Context, cfg RecorderConfig) (*Recorder, error) {
 	if r.cfg.AppendTimeout <= 0 {
 		r.cfg.AppendTimeout = DefaultAppendTimeout
 	}
+	switch {
+	case r.cfg.HintInlineMax == 0:
+		r.cfg.HintInlineMax = DefaultHintInlineMax
+	case r.cfg.HintInlineMax < 0:
+		r.cfg.HintInlineMax = -1
+	}
+	switch {
+	case r.cfg.HintInlineTotal == 0:
+		r.cfg.HintInlineTotal = DefaultHintInlineTotal
+	case r.cfg.HintInlineTotal < 0:
+		r.cfg.HintInlineTotal = 0
+	}
 	root, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("recoverylog: recorder directory %q: %w", cfg.Dir, err)
 	}
 	r.root = root
+	r.loadSmall()
 	if err := r.takeOver(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// loadSmall reads the content of the FSM's small nodes from the
+// directory, for Hints. A node it cannot read whole is not inlined.
+func (r *Recorder) loadSmall() {
+	for id, n := range r.fsm.nodes {
+		if n.Length > int64(r.cfg.HintInlineMax) {
+			continue
+		}
+		f, err := r.base.Open(filepath.Join(r.root, filepath.FromSlash(r.fsm.pathOf(id))))
+		if err != nil {
+			continue
+		}
+		c := make([]byte, n.Length)
+		_, err = io.ReadFull(f, c)
+		var extra [1]byte
+		if m, _ := f.Read(extra[:]); err == nil && m == 0 {
+			r.small[id] = c
+		}
+		f.Close()
+	}
 }
 
 func (cfg *RecorderConfig) validate() error {
@@ -198,6 +243,24 @@ func (r *Recorder) record(op *Op) error {
 		r.err = fmt.Errorf("%w: recorder %q: %w", ErrRecorderFailed, r.cfg.Author, err)
 		return r.err
 	}
+	switch op.Kind {
+	case KindCreate:
+		r.small[op.Node] = []byte{}
+	case KindWrite:
+		if c, ok := r.small[op.Node]; ok {
+			if len(c)+len(op.Data) > r.cfg.HintInlineMax {
+				delete(r.small, op.Node)
+			} else {
+				r.small[op.Node] = append(c, op.Data...)
+			}
+		}
+	case KindUnlink, KindRename:
+		for id := range r.small {
+			if _, ok := r.fsm.nodes[id]; !ok {
+				delete(r.small, id)
+			}
+		}
+	}
 	return nil
 }
 
@@ -279,6 +342,7 @@ func (r *Recorder) Create(name string, category vfs.DiskWriteCategory) (vfs.File
 		f.Close()
 		return nil, err
 	}
+	r.writers[node]++
 	return &recordedFile{File: f, r: r, node: node}, nil
 }
 
@@ -544,8 +608,9 @@ func (f *syncedFile) SyncTo(length int64) (bool, error) {
 // recordedFile is a file of the directory opened for writing.
 type recordedFile struct {
 	vfs.File
-	r    *Recorder
-	node uint64
+	r      *Recorder
+	node   uint64
+	closed bool // Guarded by r.mu.
 }
 
 func (f *recordedFile) Write(p []byte) (int, error) {
@@ -591,6 +656,20 @@ func (f *recordedFile) recordWrite(p []byte) error {
 		err = f.r.flush()
 	}
 	return err
+}
+
+// Close closes the file; once no handle writes its node, the node is
+// sealed.
+func (f *recordedFile) Close() error {
+	f.r.mu.Lock()
+	if !f.closed {
+		f.closed = true
+		if f.r.writers[f.node]--; f.r.writers[f.node] <= 0 {
+			delete(f.r.writers, f.node)
+		}
+	}
+	f.r.mu.Unlock()
+	return f.File.Close()
 }
 
 func (f *recordedFile) Sync() error     { return (&syncedFile{f.File, f.r}).Sync() }

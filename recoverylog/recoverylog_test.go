@@ -475,8 +475,7 @@ func TestHints(t *testing.T) {
 	for _, n := range h.Nodes {
 		live += n.Length
 	}
-	// Small files made at the start (markers, the first MANIFEST) stay
-	// live, so ReplayFrom alone skips little: hints must carry small files
-	// inline and Pebble must roll its MANIFEST (not done yet).
+	// Without PebbleOptions' MANIFEST rollover, the first MANIFEST stays
+	// live; TestPlayFromHints plays from hints with it.
 	t.Logf("live content %d bytes of a %d-byte log", live, h.Offset)
 }

@@ -1,0 +1,164 @@
+package recoverylog
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/quire-dev/quire/client"
+)
+
+// hintedNode is a live node of the hints whose ops the player reads.
+type hintedNode struct {
+	HintNode
+	played  int64 // Bytes written so far.
+	created bool
+}
+
+// playHints makes the state of the hints in the directory: it writes the
+// inline nodes, reads the log segments of the other nodes and applies
+// their create and write ops (skipping every other op: those of nodes
+// that are gone, and links, renames and unlinks, since the hints give
+// the final links), checks each node's length, and then takes the hints'
+// state as the player's, from which every later op is checked strictly.
+func (p *Player) playHints(ctx context.Context) error {
+	h := p.cfg.Hints
+	read := map[uint64]*hintedNode{}
+	for _, n := range h.Nodes {
+		if !n.Inline {
+			read[n.Node] = &hintedNode{HintNode: n}
+			continue
+		}
+		if err := p.writeInline(n); err != nil {
+			return fmt.Errorf("recoverylog: log %q: installing hinted node %d: %w", p.cfg.Journal, n.Node, err)
+		}
+	}
+	var readBytes int64
+	var lastSeq uint64
+	for _, seg := range h.Segments(p.cfg.SegmentGap) {
+		var err error
+		if lastSeq, err = p.playSegment(ctx, seg, read, lastSeq); err != nil {
+			return err
+		}
+		readBytes += seg.End - seg.Begin
+	}
+	for _, n := range read {
+		if !n.created || n.played != n.Length {
+			return fmt.Errorf("recoverylog: log %q: %w: node %d has %d bytes in hints, the log's ops give it %d (created: %v)",
+				p.cfg.Journal, ErrBadHints, n.Node, n.Length, n.played, n.created)
+		}
+		for _, l := range n.Links[1:] {
+			if err := p.mkdirFor(l); err != nil {
+				return err
+			}
+			if err := os.Link(p.path(n.Links[0]), p.path(l)); err != nil {
+				return fmt.Errorf("recoverylog: log %q: linking hinted node %d: %w", p.cfg.Journal, n.Node, err)
+			}
+		}
+	}
+	p.fsm = h.fsm()
+	p.offset.Store(h.Offset)
+	p.bytesSkipped.Store(h.Offset - readBytes)
+	return nil
+}
+
+// writeInline creates an inline node's links with its content.
+func (p *Player) writeInline(n HintNode) error {
+	if err := p.mkdirFor(n.Links[0]); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p.path(n.Links[0]), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	p.files[n.Node] = f
+	if _, err := f.Write(n.Content); err != nil {
+		return err
+	}
+	for _, l := range n.Links[1:] {
+		if err := p.mkdirFor(l); err != nil {
+			return err
+		}
+		if err := os.Link(p.path(n.Links[0]), p.path(l)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// playSegment reads the ops of seg and applies those that create or
+// write the nodes of read. The ops of a segment follow one another:
+// their sequence numbers too, after lastSeq. It returns the last one's.
+func (p *Player) playSegment(ctx context.Context, seg Segment, read map[uint64]*hintedNode, lastSeq uint64) (uint64, error) {
+	j := p.cfg.Journal
+	rd := p.cfg.Client.NewReader(ctx, client.ReadRequest{Journal: j, Offset: seg.Begin, EndOffset: seg.End})
+	defer rd.Close()
+	ops := &opReader{r: bufio.NewReaderSize(&countingReader{rd, &p.bytesRead}, 1<<20), offset: seg.Begin}
+	first := true
+	for ops.offset < seg.End {
+		begin := ops.offset
+		op, err := ops.next()
+		p.writeHead.Store(rd.WriteHead())
+		if err == io.EOF {
+			return 0, fmt.Errorf("recoverylog: log %q: %w: hints need the log up to offset %d, it ends at %d (write head %d)",
+				j, ErrBadHints, seg.End, begin, rd.WriteHead())
+		} else if err != nil {
+			return 0, p.readError(err, begin, rd.WriteHead())
+		}
+		reject := func(format string, args ...any) error {
+			return fmt.Errorf("recoverylog: log %q: %w", j,
+				&OpError{Offset: begin, Op: op.String(), Reason: fmt.Sprintf(format, args...)})
+		}
+		switch {
+		case first && op.Seq <= lastSeq:
+			return 0, reject("sequence number %d, not after %d of an earlier segment", op.Seq, lastSeq)
+		case !first && op.Seq != lastSeq+1:
+			return 0, reject("sequence number %d, expected %d", op.Seq, lastSeq+1)
+		case op.Seq > p.cfg.Hints.LastSeq:
+			return 0, reject("sequence number %d, after the hints' last %d", op.Seq, p.cfg.Hints.LastSeq)
+		}
+		first, lastSeq = false, op.Seq
+		if n := read[op.Node]; n != nil && (op.Kind == KindCreate || op.Kind == KindWrite) {
+			if err := p.applyHinted(n, &op, begin); err != nil {
+				return 0, reject("%v", err)
+			}
+			p.ops.Add(1)
+		}
+		p.offset.Store(ops.offset)
+	}
+	return lastSeq, nil
+}
+
+// applyHinted applies a create or write op of a hinted node.
+func (p *Player) applyHinted(n *hintedNode, op *Op, begin int64) error {
+	if op.Kind == KindCreate {
+		if n.created || begin != n.FirstOffset {
+			return fmt.Errorf("node %d is created again, or not at its first offset %d", n.Node, n.FirstOffset)
+		}
+		if err := p.mkdirFor(n.Links[0]); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(p.path(n.Links[0]), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return err
+		}
+		p.files[n.Node] = f
+		n.created = true
+		return nil
+	}
+	switch {
+	case !n.created:
+		return fmt.Errorf("node %d is written before its create op", n.Node)
+	case op.Offset != n.played:
+		return fmt.Errorf("write at offset %d of node %d, whose length is %d", op.Offset, n.Node, n.played)
+	case n.played+int64(len(op.Data)) > n.Length:
+		return fmt.Errorf("write past node %d's length %d in the hints", n.Node, n.Length)
+	}
+	if _, err := p.files[n.Node].WriteAt(op.Data, op.Offset); err != nil {
+		return err
+	}
+	n.played += int64(len(op.Data))
+	return nil
+}
