@@ -83,7 +83,7 @@
 // memtable is flushed; OPTIONS, markers and small MANIFESTs ride inline;
 // and an sstable, however old, is one short segment of the log. After a
 // long run of overwrites the bytes read from fresh hints are within 2× of
-// the database's size on disk (BENCHMARKS.md).
+// the database's size on disk (docs/benchmarks.md).
 //
 // Prune removes the fragments of the log that end before
 // Hints.PruneBefore: the earliest create op of a live node that is not
