@@ -1,6 +1,7 @@
 package recoverylog
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -33,14 +34,29 @@ func writeHeavy(b *testing.B, db *pebble.DB, rng *rand.Rand, n int) {
 	}
 }
 
+var benchSpools = flag.String("bench.spools", "", "directory for the brokers' spools in benchmarks (e.g. /dev/shm)")
+
 func benchOptions(fs vfs.FS) *pebble.Options {
 	return &pebble.Options{FS: fs, Logger: quietLogger{}}
 }
 
 // BenchmarkPebbleWrites compares Pebble's write throughput on a local
 // directory with and without recording (one broker, replication 1).
+//
+// With -bench.spools=/dev/shm the broker keeps its spools in memory, off
+// the disk Pebble syncs to, as a broker on another machine would; on a
+// single disk, the broker's writes otherwise slow Pebble's fsyncs.
 func BenchmarkPebbleWrites(b *testing.B) {
 	c := brokertest.New(b)
+	if *benchSpools != "" {
+		c.SpoolRoot = *benchSpools
+		store, err := os.MkdirTemp(*benchSpools, "quire-store-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(store)
+		c.Store = "file://" + store + "/"
+	}
 	cl := c.Client(c.Start("b1"))
 	runs := 0
 	for _, recorded := range []bool{false, true} {

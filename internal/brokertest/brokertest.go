@@ -32,6 +32,12 @@ type Cluster struct {
 	Root    string
 	Store   string
 	Brokers map[string]*Broker
+	// SpoolRoot, if set, is where brokers keep their spools (a fresh
+	// directory beneath it per broker) instead of the test's temporary
+	// directory: benchmarks put it on a memory file system to keep the
+	// broker's writes off the disk of what they measure, as a broker on
+	// another machine would.
+	SpoolRoot string
 }
 
 // Broker is one in-process broker.
@@ -67,7 +73,14 @@ func (c *Cluster) Start(name string) *Broker {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: c.t.TempDir(), srv: grpc.NewServer(), done: make(chan error, 1)}
+	dir := c.t.TempDir()
+	if c.SpoolRoot != "" {
+		if dir, err = os.MkdirTemp(c.SpoolRoot, "quire-spools-"); err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(), done: make(chan error, 1)}
 	srv, err := broker.New(broker.Config{Etcd: c.Etcd, Root: c.Root, Zone: "z" + name, Suffix: name,
 		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: 3 * time.Second, Logger: quiet})
 	if err != nil {
