@@ -2,15 +2,12 @@ package consumer
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/quire-dev/quire/labels"
+	"github.com/quire-dev/quire/internal/yamlspec"
 )
 
 // ParseShardFile parses a shard file. It returns the shards' specs, in the
@@ -57,16 +54,16 @@ import (
 // Parsing is strict: unknown fields, repeated keys, a shard ID given twice,
 // anchors and aliases, and more than one YAML document are errors.
 func ParseShardFile(data []byte) (specs []*ShardSpec, err error) {
-	root, err := decodeYAML(data)
+	root, err := yamlspec.Decode(data, "shard file")
 	if err != nil || root == nil {
 		return nil, err
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, nodeError(root, "", "want a mapping with shards and, optionally, defaults")
+		return nil, yamlspec.Error(root, "", "want a mapping with shards and, optionally, defaults")
 	}
 	var defaults shardPatch
 	var shards *yaml.Node
-	err = eachField(root, "", func(key string, v *yaml.Node) error {
+	err = yamlspec.EachField(root, "", func(key string, v *yaml.Node) error {
 		switch key {
 		case "defaults":
 			if err := defaults.parse(v, "", false); err != nil {
@@ -77,16 +74,16 @@ func ParseShardFile(data []byte) (specs []*ShardSpec, err error) {
 			shards = v
 			return nil
 		}
-		return unknownField(v, "", key)
+		return yamlspec.UnknownField(v, "", key)
 	})
 	if err != nil {
 		return nil, err
 	}
-	if shards == nil || isNull(shards) {
+	if shards == nil || yamlspec.IsNull(shards) {
 		return nil, nil
 	}
 	if shards.Kind != yaml.SequenceNode {
-		return nil, nodeError(shards, "shards", "want a list of shards")
+		return nil, yamlspec.Error(shards, "shards", "want a list of shards")
 	}
 	seen := make(map[string]int, len(shards.Content))
 	for i, entry := range shards.Content {
@@ -104,59 +101,6 @@ func ParseShardFile(data []byte) (specs []*ShardSpec, err error) {
 	return specs, nil
 }
 
-// decodeYAML parses the single YAML document of data and returns its root
-// node, or nil if there is none. A panic of the YAML parser is an error.
-func decodeYAML(data []byte) (root *yaml.Node, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			root, err = nil, fmt.Errorf("shard file: YAML parser failed: %v", r)
-		}
-	}()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("shard file: %v", err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return nil, fmt.Errorf("shard file: %v", err)
-		}
-		return nil, fmt.Errorf("shard file: more than one YAML document (line %d)", extra.Line)
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
-		return nil, nil
-	}
-	root = doc.Content[0]
-	if err := checkTree(root, 0); err != nil {
-		return nil, err
-	}
-	if isNull(root) {
-		return nil, nil
-	}
-	return root, nil
-}
-
-// checkTree refuses anchors and aliases (which would make a node appear in
-// several places, and, nested, blow up exponentially) and deep nesting.
-func checkTree(n *yaml.Node, depth int) error {
-	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		return fmt.Errorf("shard file: anchors and aliases are not supported (line %d)", n.Line)
-	}
-	if depth > 64 {
-		return fmt.Errorf("shard file: nested more than 64 levels deep (line %d)", n.Line)
-	}
-	for _, c := range n.Content {
-		if err := checkTree(c, depth+1); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // entryContext names shards[i] for errors, with its ID if it has one.
 func entryContext(i int, entry *yaml.Node) string {
 	ctx := fmt.Sprintf("shards[%d]", i)
@@ -165,7 +109,7 @@ func entryContext(i int, entry *yaml.Node) string {
 	}
 	for j := 0; j+1 < len(entry.Content); j += 2 {
 		k, v := entry.Content[j], entry.Content[j+1]
-		if k.Kind == yaml.ScalarNode && k.Value == "id" && v.Kind == yaml.ScalarNode && !isNull(v) {
+		if k.Kind == yaml.ScalarNode && k.Value == "id" && v.Kind == yaml.ScalarNode && !yamlspec.IsNull(v) {
 			return fmt.Sprintf("%s (%s)", ctx, quoteIfOdd(v.Value))
 		}
 	}
@@ -184,17 +128,17 @@ func quoteIfOdd(s string) string {
 // validated.
 func parseEntry(entry *yaml.Node, defaults *shardPatch) (*ShardSpec, error) {
 	if entry.Kind != yaml.MappingNode {
-		return nil, nodeError(entry, "", "want a mapping with id and sources")
+		return nil, yamlspec.Error(entry, "", "want a mapping with id and sources")
 	}
 	var p shardPatch
 	if err := p.parse(entry, "", true); err != nil {
 		return nil, err
 	}
 	if p.id == nil {
-		return nil, nodeError(entry, "id", "missing")
+		return nil, yamlspec.Error(entry, "id", "missing")
 	}
 	if p.sources == nil {
-		return nil, nodeError(entry, "sources", "missing")
+		return nil, yamlspec.Error(entry, "sources", "missing")
 	}
 	spec := &ShardSpec{ID: *p.id, Sources: p.sources}
 	defaults.applyTo(spec)
@@ -217,13 +161,8 @@ type shardPatch struct {
 	minTxn, maxTxn    *time.Duration
 	hotStandbys       *int
 	disable           *bool
-	labels            []labelValues // in the order given; nil if not given
+	labels            []yamlspec.LabelValues // in the order given; nil if not given
 	readBufferSize    *int
-}
-
-type labelValues struct {
-	name   string
-	values []string
 }
 
 // check validates defaults on their own, so that their errors are reported
@@ -273,77 +212,58 @@ func (p *shardPatch) applyTo(s *ShardSpec) {
 		s.Disable = *p.disable
 	}
 	if p.labels != nil {
-		s.Labels = mergeLabels(s.Labels, p.labels)
+		s.Labels = yamlspec.MergeLabels(s.Labels, p.labels)
 	}
 	if p.readBufferSize != nil {
 		s.ReadBufferSize = *p.readBufferSize
 	}
 }
 
-// mergeLabels returns base with the names of patch replaced by patch's
-// values, sorted as a label set.
-func mergeLabels(base labels.Set, patch []labelValues) labels.Set {
-	replaced := make(map[string]bool, len(patch))
-	var out labels.Set
-	for _, lv := range patch {
-		replaced[lv.name] = true
-		for _, v := range lv.values {
-			out = append(out, labels.Label{Name: lv.name, Value: v})
-		}
-	}
-	for _, l := range base {
-		if !replaced[l.Name] {
-			out = append(out, l)
-		}
-	}
-	return sortLabels(out)
-}
-
 // parse reads the fields of mapping n into p. entry allows id and sources.
 func (p *shardPatch) parse(n *yaml.Node, path string, entry bool) error {
 	if n.Kind != yaml.MappingNode {
-		return nodeError(n, path, "want a mapping")
+		return yamlspec.Error(n, path, "want a mapping")
 	}
-	return eachField(n, path, func(key string, v *yaml.Node) error {
+	return yamlspec.EachField(n, path, func(key string, v *yaml.Node) error {
 		var err error
 		switch key {
 		case "id", "sources":
 			if !entry {
-				return nodeError(v, key, "not allowed in defaults; give it in each shard")
+				return yamlspec.Error(v, key, "not allowed in defaults; give it in each shard")
 			}
 			if key == "id" {
 				var s string
-				s, err = scalarString(v, key)
+				s, err = yamlspec.String(v, key)
 				p.id = &s
 			} else {
 				p.sources, err = parseSources(v, key)
 			}
 		case "recoveryLogPrefix":
 			var s string
-			s, err = scalarString(v, key)
+			s, err = yamlspec.String(v, key)
 			p.recoveryLogPrefix = &s
 		case "hintPrefix":
 			var s string
-			s, err = scalarString(v, key)
+			s, err = yamlspec.String(v, key)
 			p.hintPrefix = &s
 		case "hintBackups":
 			p.hintBackups, err = smallInt(v, key)
 		case "minTxnDuration":
-			p.minTxn, err = durationValue(v, key)
+			p.minTxn, err = yamlspec.Duration(v, key)
 		case "maxTxnDuration":
-			p.maxTxn, err = durationValue(v, key)
+			p.maxTxn, err = yamlspec.Duration(v, key)
 		case "hotStandbys":
 			p.hotStandbys, err = smallInt(v, key)
 		case "disable":
 			var b bool
-			b, err = boolValue(v, key)
+			b, err = yamlspec.Bool(v, key)
 			p.disable = &b
 		case "labels":
-			p.labels, err = parseLabels(v, key)
+			p.labels, err = yamlspec.Labels(v, key)
 		case "readBufferSize":
 			p.readBufferSize, err = smallInt(v, key)
 		default:
-			return unknownField(v, path, key)
+			return yamlspec.UnknownField(v, path, key)
 		}
 		return err
 	})
@@ -352,17 +272,17 @@ func (p *shardPatch) parse(n *yaml.Node, path string, entry bool) error {
 // parseSources reads a list of sources: each a mapping with journal and,
 // optionally, minOffset, or a journal's name alone.
 func parseSources(n *yaml.Node, path string) ([]Source, error) {
-	if isNull(n) {
+	if yamlspec.IsNull(n) {
 		return []Source{}, nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		return nil, nodeError(n, path, "want a list of sources")
+		return nil, yamlspec.Error(n, path, "want a list of sources")
 	}
 	out := []Source{}
 	for i, e := range n.Content {
 		ep := fmt.Sprintf("%s[%d]", path, i)
 		if e.Kind == yaml.ScalarNode {
-			s, err := scalarString(e, ep)
+			s, err := yamlspec.String(e, ep)
 			if err != nil {
 				return nil, err
 			}
@@ -370,21 +290,21 @@ func parseSources(n *yaml.Node, path string) ([]Source, error) {
 			continue
 		}
 		if e.Kind != yaml.MappingNode {
-			return nil, nodeError(e, ep, "want a mapping with journal and, optionally, minOffset")
+			return nil, yamlspec.Error(e, ep, "want a mapping with journal and, optionally, minOffset")
 		}
 		var src Source
 		var hasJournal bool
-		err := eachField(e, ep, func(key string, v *yaml.Node) error {
+		err := yamlspec.EachField(e, ep, func(key string, v *yaml.Node) error {
 			fp := ep + "." + key
 			var err error
 			switch key {
 			case "journal":
 				hasJournal = true
-				src.Journal, err = scalarString(v, fp)
+				src.Journal, err = yamlspec.String(v, fp)
 			case "minOffset":
-				src.MinOffset, err = intValue(v, fp)
+				src.MinOffset, err = yamlspec.Int(v, fp)
 			default:
-				return unknownField(v, ep, key)
+				return yamlspec.UnknownField(v, ep, key)
 			}
 			return err
 		})
@@ -392,157 +312,25 @@ func parseSources(n *yaml.Node, path string) ([]Source, error) {
 			return nil, err
 		}
 		if !hasJournal {
-			return nil, nodeError(e, ep+".journal", "missing")
+			return nil, yamlspec.Error(e, ep+".journal", "missing")
 		}
 		out = append(out, src)
 	}
 	return out, nil
 }
 
-// parseLabels reads a map of label names to a value or a list of values.
-func parseLabels(n *yaml.Node, path string) ([]labelValues, error) {
-	if isNull(n) {
-		return []labelValues{}, nil
-	}
-	if n.Kind != yaml.MappingNode {
-		return nil, nodeError(n, path, "want a mapping of label names to values (or lists of values)")
-	}
-	out := []labelValues{}
-	err := eachField(n, path, func(name string, v *yaml.Node) error {
-		fp := path + "." + name
-		if err := labels.ValidateName(name); err != nil {
-			return nodeError(v, path, err.Error())
-		}
-		lv := labelValues{name: name, values: []string{}}
-		if v.Kind == yaml.SequenceNode {
-			for _, e := range v.Content {
-				s, err := scalarString(e, fp)
-				if err != nil {
-					return err
-				}
-				if slices.Contains(lv.values, s) {
-					return nodeError(e, fp, fmt.Sprintf("value %q is repeated", s))
-				}
-				lv.values = append(lv.values, s)
-			}
-		} else {
-			s, err := scalarString(v, fp)
-			if err != nil {
-				return err
-			}
-			lv.values = append(lv.values, s)
-		}
-		for _, s := range lv.values {
-			if err := labels.ValidateValue(s); err != nil {
-				return nodeError(v, fp, err.Error())
-			}
-		}
-		out = append(out, lv)
-		return nil
-	})
-	return out, err
-}
-
-// eachField calls fn for each key and value of mapping n, refusing
-// non-scalar and repeated keys.
-func eachField(n *yaml.Node, path string, fn func(key string, v *yaml.Node) error) error {
-	seen := make(map[string]bool, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			return nodeError(k, path, "keys must be plain strings")
-		}
-		if seen[k.Value] {
-			return nodeError(k, path, fmt.Sprintf("key %q is repeated", k.Value))
-		}
-		seen[k.Value] = true
-		if err := fn(k.Value, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func unknownField(v *yaml.Node, path, key string) error {
-	return nodeError(v, path, fmt.Sprintf("unknown field %q", key))
-}
-
-// nodeError is an error at node n, for the field at path.
-func nodeError(n *yaml.Node, path, msg string) error {
-	if path != "" {
-		msg = path + ": " + msg
-	}
-	return fmt.Errorf("%s (line %d)", msg, n.Line)
-}
-
-func isNull(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
-}
-
-// scalarString returns the literal text of a scalar, whatever type YAML
-// would give it ("1.0" stays "1.0"); null is "".
-func scalarString(n *yaml.Node, path string) (string, error) {
-	if n.Kind != yaml.ScalarNode {
-		return "", nodeError(n, path, "want a single value")
-	}
-	if isNull(n) {
-		return "", nil
-	}
-	return n.Value, nil
-}
-
-func intValue(n *yaml.Node, path string) (int64, error) {
-	var v int64
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
-		return 0, nodeError(n, path, fmt.Sprintf("%s is not an integer", describeNode(n)))
-	}
-	return v, nil
-}
-
 // smallInt reads an integer that an int holds within ±2^31, so that no
 // platform wraps it before Validate sees it.
 func smallInt(n *yaml.Node, path string) (*int, error) {
-	v, err := intValue(n, path)
+	v, err := yamlspec.Int(n, path)
 	if err != nil {
 		return nil, err
 	}
 	if v < -1<<31 || v > 1<<31-1 {
-		return nil, nodeError(n, path, fmt.Sprintf("%d is out of range", v))
+		return nil, yamlspec.Error(n, path, fmt.Sprintf("%d is out of range", v))
 	}
 	i := int(v)
 	return &i, nil
-}
-
-func boolValue(n *yaml.Node, path string) (bool, error) {
-	var v bool
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
-		return false, nodeError(n, path, fmt.Sprintf("%s is not true or false", describeNode(n)))
-	}
-	return v, nil
-}
-
-func durationValue(n *yaml.Node, path string) (*time.Duration, error) {
-	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!int") {
-		return nil, nodeError(n, path, fmt.Sprintf("%s is not a duration", describeNode(n)))
-	}
-	d, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return nil, nodeError(n, path, fmt.Sprintf("%q is not a duration (want Go syntax such as 500ms, 1s or 1m30s)", n.Value))
-	}
-	return &d, nil
-}
-
-// describeNode describes a node's value for an error.
-func describeNode(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		return quoteShort(n.Value)
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	return "a YAML node"
 }
 
 // Types of FormatShardFile's output.

@@ -2,9 +2,7 @@ package protocol
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -14,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/quire-dev/quire/labels"
+	"github.com/quire-dev/quire/internal/yamlspec"
 )
 
 // ParseSpecFile parses a spec file. It returns the journals' specs, in the
@@ -63,16 +61,16 @@ import (
 // whole. Parsing is strict: unknown fields, repeated keys, a journal named
 // twice, anchors and aliases, and more than one YAML document are errors.
 func ParseSpecFile(data []byte) (specs []*JournalSpec, err error) {
-	root, err := decodeYAML(data)
+	root, err := yamlspec.Decode(data, "spec file")
 	if err != nil || root == nil {
 		return nil, err
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, nodeError(root, "", "want a mapping with journals and, optionally, defaults")
+		return nil, yamlspec.Error(root, "", "want a mapping with journals and, optionally, defaults")
 	}
 	var defaults specPatch
 	var journals *yaml.Node
-	err = eachField(root, "", func(key string, v *yaml.Node) error {
+	err = yamlspec.EachField(root, "", func(key string, v *yaml.Node) error {
 		switch key {
 		case "defaults":
 			if err := defaults.parse(v, "", false); err != nil {
@@ -83,16 +81,16 @@ func ParseSpecFile(data []byte) (specs []*JournalSpec, err error) {
 			journals = v
 			return nil
 		}
-		return unknownField(v, "", key)
+		return yamlspec.UnknownField(v, "", key)
 	})
 	if err != nil {
 		return nil, err
 	}
-	if journals == nil || isNull(journals) {
+	if journals == nil || yamlspec.IsNull(journals) {
 		return nil, nil
 	}
 	if journals.Kind != yaml.SequenceNode {
-		return nil, nodeError(journals, "journals", "want a list of journals")
+		return nil, yamlspec.Error(journals, "journals", "want a list of journals")
 	}
 	seen := make(map[string]int, len(journals.Content))
 	for i, entry := range journals.Content {
@@ -110,60 +108,6 @@ func ParseSpecFile(data []byte) (specs []*JournalSpec, err error) {
 	return specs, nil
 }
 
-// decodeYAML parses the single YAML document of data, and returns its root
-// node, or nil if the document is empty. It turns any panic of the YAML
-// parser into an error.
-func decodeYAML(data []byte) (root *yaml.Node, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			root, err = nil, fmt.Errorf("spec file: YAML parser failed: %v", r)
-		}
-	}()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("spec file: %v", err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return nil, fmt.Errorf("spec file: %v", err)
-		}
-		return nil, fmt.Errorf("spec file: more than one YAML document (line %d)", extra.Line)
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
-		return nil, nil
-	}
-	root = doc.Content[0]
-	if err := checkNoAliases(root, 0); err != nil {
-		return nil, err
-	}
-	if isNull(root) {
-		return nil, nil
-	}
-	return root, nil
-}
-
-// checkNoAliases refuses anchors and aliases, which would make the same
-// node appear in several places (and, nested, blow up exponentially).
-func checkNoAliases(n *yaml.Node, depth int) error {
-	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		return fmt.Errorf("spec file: anchors and aliases are not supported (line %d)", n.Line)
-	}
-	if depth > 64 {
-		return fmt.Errorf("spec file: nested more than 64 levels deep (line %d)", n.Line)
-	}
-	for _, c := range n.Content {
-		if err := checkNoAliases(c, depth+1); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // entryContext names journals[i] for errors, with its name if it has one.
 func entryContext(i int, entry *yaml.Node) string {
 	ctx := fmt.Sprintf("journals[%d]", i)
@@ -172,7 +116,7 @@ func entryContext(i int, entry *yaml.Node) string {
 	}
 	for j := 0; j+1 < len(entry.Content); j += 2 {
 		k, v := entry.Content[j], entry.Content[j+1]
-		if k.Kind == yaml.ScalarNode && k.Value == "name" && v.Kind == yaml.ScalarNode && !isNull(v) {
+		if k.Kind == yaml.ScalarNode && k.Value == "name" && v.Kind == yaml.ScalarNode && !yamlspec.IsNull(v) {
 			return fmt.Sprintf("%s (%s)", ctx, quoteIfOdd(v.Value))
 		}
 	}
@@ -191,17 +135,17 @@ func quoteIfOdd(s string) string {
 // and validated.
 func parseEntry(entry *yaml.Node, defaults *specPatch) (*JournalSpec, error) {
 	if entry.Kind != yaml.MappingNode {
-		return nil, nodeError(entry, "", "want a mapping with name and replication")
+		return nil, yamlspec.Error(entry, "", "want a mapping with name and replication")
 	}
 	var p specPatch
 	if err := p.parse(entry, "", true); err != nil {
 		return nil, err
 	}
 	if p.name == nil {
-		return nil, nodeError(entry, "name", "missing")
+		return nil, yamlspec.Error(entry, "name", "missing")
 	}
 	if p.replication == nil && defaults.replication == nil {
-		return nil, nodeError(entry, "replication", "missing")
+		return nil, yamlspec.Error(entry, "replication", "missing")
 	}
 	spec := &JournalSpec{Name: *p.name}
 	defaults.applyTo(spec)
@@ -218,15 +162,10 @@ func parseEntry(entry *yaml.Node, defaults *specPatch) (*JournalSpec, error) {
 type specPatch struct {
 	name          *string
 	replication   *int32
-	labels        []labelValues // in the order given
+	labels        []yamlspec.LabelValues // in the order given
 	access        *Access
 	maxAppendRate *int64
 	fragment      fragmentPatch
-}
-
-type labelValues struct {
-	name   string
-	values []string
 }
 
 type fragmentPatch struct {
@@ -254,7 +193,7 @@ func (p *specPatch) applyTo(s *JournalSpec) {
 		s.Replication = *p.replication
 	}
 	if p.labels != nil {
-		s.Labels = mergeLabels(s.Labels, p.labels)
+		s.Labels = ProtoLabels(yamlspec.MergeLabels(LabelsOf(s.Labels), p.labels))
 	}
 	if p.access != nil {
 		s.Access = *p.access
@@ -293,53 +232,34 @@ func (p *fragmentPatch) applyTo(s *JournalSpec) {
 	}
 }
 
-// mergeLabels returns base with the names of patch replaced by patch's
-// values, sorted as a label set.
-func mergeLabels(base []*Label, patch []labelValues) []*Label {
-	replaced := make(map[string]bool, len(patch))
-	var out []*Label
-	for _, lv := range patch {
-		replaced[lv.name] = true
-		for _, v := range lv.values {
-			out = append(out, &Label{Name: lv.name, Value: v})
-		}
-	}
-	for _, l := range base {
-		if !replaced[l.Name] {
-			out = append(out, l)
-		}
-	}
-	return ProtoLabels(LabelsOf(out))
-}
-
 // parse reads the fields of mapping n into p. withName allows (and
 // requires a scalar for) name.
 func (p *specPatch) parse(n *yaml.Node, path string, withName bool) error {
 	if n.Kind != yaml.MappingNode {
-		return nodeError(n, path, "want a mapping")
+		return yamlspec.Error(n, path, "want a mapping")
 	}
-	return eachField(n, path, func(key string, v *yaml.Node) error {
+	return yamlspec.EachField(n, path, func(key string, v *yaml.Node) error {
 		fp := fieldPath(path, key)
 		var err error
 		switch key {
 		case "name":
 			if !withName {
-				return nodeError(v, fp, "not allowed here; only journals have names")
+				return yamlspec.Error(v, fp, "not allowed here; only journals have names")
 			}
 			var s string
-			s, err = scalarString(v, fp)
+			s, err = yamlspec.String(v, fp)
 			p.name = &s
 		case "replication":
 			var r int64
-			if r, err = intValue(v, fp); err == nil {
+			if r, err = yamlspec.Int(v, fp); err == nil {
 				if r < math.MinInt32 || r > math.MaxInt32 {
-					return nodeError(v, fp, outOfRange(r, MinReplication, MaxReplication))
+					return yamlspec.Error(v, fp, outOfRange(r, MinReplication, MaxReplication))
 				}
 				r32 := int32(r)
 				p.replication = &r32
 			}
 		case "labels":
-			p.labels, err = parseLabels(v, fp)
+			p.labels, err = yamlspec.Labels(v, fp)
 		case "fragment":
 			err = p.fragment.parse(v, fp)
 		case "access":
@@ -349,20 +269,20 @@ func (p *specPatch) parse(n *yaml.Node, path string, withName bool) error {
 		case "maxAppendRate":
 			p.maxAppendRate, err = sizeValue(v, fp)
 		default:
-			return unknownField(v, path, key)
+			return yamlspec.UnknownField(v, path, key)
 		}
 		return err
 	})
 }
 
 func (p *fragmentPatch) parse(n *yaml.Node, path string) error {
-	if isNull(n) {
+	if yamlspec.IsNull(n) {
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return nodeError(n, path, "want a mapping")
+		return yamlspec.Error(n, path, "want a mapping")
 	}
-	return eachField(n, path, func(key string, v *yaml.Node) error {
+	return yamlspec.EachField(n, path, func(key string, v *yaml.Node) error {
 		fp := fieldPath(path, key)
 		var err error
 		switch key {
@@ -377,171 +297,52 @@ func (p *fragmentPatch) parse(n *yaml.Node, path string) error {
 			ss, err = stringList(v, fp)
 			p.stores = &ss
 		case "refreshInterval":
-			p.refresh, err = durationValue(v, fp)
+			p.refresh, err = yamlspec.Duration(v, fp)
 		case "flushInterval":
-			p.flush, err = durationValue(v, fp)
+			p.flush, err = yamlspec.Duration(v, fp)
 		case "retention":
-			p.retention, err = durationValue(v, fp)
+			p.retention, err = yamlspec.Duration(v, fp)
 		case "fsync":
 			var b bool
-			b, err = boolValue(v, fp)
+			b, err = yamlspec.Bool(v, fp)
 			p.fsync = &b
 		default:
-			return unknownField(v, path, key)
+			return yamlspec.UnknownField(v, path, key)
 		}
 		return err
 	})
-}
-
-// parseLabels reads a map of label names to a value or a list of values.
-func parseLabels(n *yaml.Node, path string) ([]labelValues, error) {
-	if isNull(n) {
-		return []labelValues{}, nil
-	}
-	if n.Kind != yaml.MappingNode {
-		return nil, nodeError(n, path, "want a mapping of label names to values (or lists of values)")
-	}
-	out := []labelValues{}
-	err := eachField(n, path, func(name string, v *yaml.Node) error {
-		fp := fieldPath(path, name)
-		if err := labels.ValidateName(name); err != nil {
-			return nodeError(v, path, err.Error())
-		}
-		lv := labelValues{name: name}
-		if v.Kind == yaml.SequenceNode {
-			for _, e := range v.Content {
-				s, err := scalarString(e, fp)
-				if err != nil {
-					return err
-				}
-				if slices.Contains(lv.values, s) {
-					return nodeError(e, fp, fmt.Sprintf("value %q is repeated", s))
-				}
-				lv.values = append(lv.values, s)
-			}
-		} else {
-			s, err := scalarString(v, fp)
-			if err != nil {
-				return err
-			}
-			lv.values = []string{s}
-		}
-		for _, s := range lv.values {
-			if err := labels.ValidateValue(s); err != nil {
-				return nodeError(v, fp, err.Error())
-			}
-		}
-		out = append(out, lv)
-		return nil
-	})
-	return out, err
-}
-
-// eachField calls fn for each key and value of mapping n, refusing
-// non-scalar and repeated keys.
-func eachField(n *yaml.Node, path string, fn func(key string, v *yaml.Node) error) error {
-	seen := make(map[string]bool, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			return nodeError(k, path, "keys must be plain strings")
-		}
-		if seen[k.Value] {
-			return nodeError(k, path, fmt.Sprintf("key %q is repeated", k.Value))
-		}
-		seen[k.Value] = true
-		if err := fn(k.Value, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func unknownField(v *yaml.Node, path, key string) error {
-	return nodeError(v, path, fmt.Sprintf("unknown field %q", key))
-}
-
-// nodeError is an error at node n, for the field at path.
-func nodeError(n *yaml.Node, path, msg string) error {
-	if path != "" {
-		msg = path + ": " + msg
-	}
-	return fmt.Errorf("%s (line %d)", msg, n.Line)
 }
 
 func prefixError(prefix string, err error) error {
 	return fmt.Errorf("%s: %w", prefix, err)
 }
 
-func isNull(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
-}
-
-// scalarString returns the text of a scalar: its literal text, whatever
-// type YAML would give it ("1.0" stays "1.0"); null is "".
-func scalarString(n *yaml.Node, path string) (string, error) {
-	if n.Kind != yaml.ScalarNode {
-		return "", nodeError(n, path, "want a single value")
-	}
-	if isNull(n) {
-		return "", nil
-	}
-	return n.Value, nil
-}
-
-func intValue(n *yaml.Node, path string) (int64, error) {
-	var v int64
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
-		return 0, nodeError(n, path, fmt.Sprintf("%s is not an integer", describeNode(n)))
-	}
-	return v, nil
-}
-
-func boolValue(n *yaml.Node, path string) (bool, error) {
-	var v bool
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
-		return false, nodeError(n, path, fmt.Sprintf("%s is not true or false", describeNode(n)))
-	}
-	return v, nil
-}
-
 // sizeValue reads an integer or a size with a unit (see ParseSize).
 func sizeValue(n *yaml.Node, path string) (*int64, error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" {
-		v, err := intValue(n, path)
+		v, err := yamlspec.Int(n, path)
 		return &v, err
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-		return nil, nodeError(n, path, fmt.Sprintf("%s is not a size", describeNode(n)))
+		return nil, yamlspec.Error(n, path, fmt.Sprintf("%s is not a size", yamlspec.Describe(n)))
 	}
 	v, err := ParseSize(n.Value)
 	if err != nil {
-		return nil, nodeError(n, path, err.Error())
+		return nil, yamlspec.Error(n, path, err.Error())
 	}
 	return &v, nil
 }
 
-func durationValue(n *yaml.Node, path string) (*time.Duration, error) {
-	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!int") {
-		return nil, nodeError(n, path, fmt.Sprintf("%s is not a duration", describeNode(n)))
-	}
-	d, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return nil, nodeError(n, path, fmt.Sprintf("%q is not a duration (want Go syntax such as 30s, 1m or 1h30m)", n.Value))
-	}
-	return &d, nil
-}
-
 func stringList(n *yaml.Node, path string) ([]string, error) {
-	if isNull(n) {
+	if yamlspec.IsNull(n) {
 		return []string{}, nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		return nil, nodeError(n, path, "want a list")
+		return nil, yamlspec.Error(n, path, "want a list")
 	}
 	out := []string{}
 	for i, e := range n.Content {
-		s, err := scalarString(e, fmt.Sprintf("%s[%d]", path, i))
+		s, err := yamlspec.String(e, fmt.Sprintf("%s[%d]", path, i))
 		if err != nil {
 			return nil, err
 		}
@@ -553,7 +354,7 @@ func stringList(n *yaml.Node, path string) ([]string, error) {
 // parseCodec reads a codec name: none, gzip, zstd or snappy, in any case,
 // with or without the CODEC_ prefix.
 func parseCodec(n *yaml.Node, path string) (Codec, error) {
-	s, err := scalarString(n, path)
+	s, err := yamlspec.String(n, path)
 	if err != nil {
 		return 0, err
 	}
@@ -561,33 +362,20 @@ func parseCodec(n *yaml.Node, path string) (Codec, error) {
 	if v, ok := Codec_value["CODEC_"+name]; ok && v != int32(Codec_CODEC_UNSPECIFIED) {
 		return Codec(v), nil
 	}
-	return 0, nodeError(n, path, fmt.Sprintf("%q is not a codec (want none, gzip, zstd or snappy)", s))
+	return 0, yamlspec.Error(n, path, fmt.Sprintf("%q is not a codec (want none, gzip, zstd or snappy)", s))
 }
 
 // parseAccess reads an access name: read-write, read-only or write-only,
 // in any case, with '-' or '_'.
 func parseAccess(n *yaml.Node, path string) (Access, error) {
-	s, err := scalarString(n, path)
+	s, err := yamlspec.String(n, path)
 	if err != nil {
 		return 0, err
 	}
 	if v, ok := Access_value[strings.ReplaceAll(strings.ToUpper(s), "-", "_")]; ok {
 		return Access(v), nil
 	}
-	return 0, nodeError(n, path, fmt.Sprintf("%q is not an access (want read-write, read-only or write-only)", s))
-}
-
-// describeNode describes a node's value for an error.
-func describeNode(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		return quoteShort(n.Value)
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	return "a YAML node"
+	return 0, yamlspec.Error(n, path, fmt.Sprintf("%q is not an access (want read-write, read-only or write-only)", s))
 }
 
 // codecName and accessName are the spec file's names of c and a.
