@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/quire-dev/quire/fragment/storeurl"
 )
 
 // tempPrefix begins the names of a file store's temporary files, which
@@ -26,11 +28,11 @@ type fileStore struct {
 	url  string
 }
 
-func openFileStore(u storeURL) (*fileStore, error) {
-	if err := os.MkdirAll(u.root, 0o755); err != nil {
+func openFileStore(u storeurl.URL) (*fileStore, error) {
+	if err := os.MkdirAll(u.Root, 0o755); err != nil {
 		return nil, fmt.Errorf("store URL %q: creating directory: %w", u.String(), err)
 	}
-	return &fileStore{root: u.root, url: u.String()}, nil
+	return &fileStore{root: u.Root, url: u.String()}, nil
 }
 
 func (s *fileStore) URL() string { return s.url }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/quire-dev/quire/fragment/storeurl"
 )
 
 // defaultS3Endpoint is the endpoint of an S3 store whose URL names none.
@@ -30,7 +32,7 @@ type s3Store struct {
 	url    string
 }
 
-func openS3Store(u storeURL) (*s3Store, error) {
+func openS3Store(u storeurl.URL) (*s3Store, error) {
 	creds := credentials.NewChainCredentials([]credentials.Provider{
 		&credentials.EnvAWS{},
 		&credentials.FileAWSCredentials{},
@@ -38,11 +40,11 @@ func openS3Store(u storeURL) (*s3Store, error) {
 	})
 	opts := &minio.Options{
 		Creds:        creds,
-		Secure:       !u.insecure,
-		Region:       u.region,
+		Secure:       !u.Insecure,
+		Region:       u.Region,
 		BucketLookup: minio.BucketLookupAuto,
 	}
-	endpoint := u.endpoint
+	endpoint := u.Endpoint
 	if endpoint == "" {
 		endpoint = defaultS3Endpoint
 	} else {
@@ -52,7 +54,7 @@ func openS3Store(u storeURL) (*s3Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store URL %q: %w", u.String(), err)
 	}
-	return &s3Store{client: client, bucket: u.bucket, prefix: u.prefix, url: u.String()}, nil
+	return &s3Store{client: client, bucket: u.Bucket, prefix: u.Prefix, url: u.String()}, nil
 }
 
 func (s *s3Store) URL() string { return s.url }

@@ -7,13 +7,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"net"
-	"net/url"
-	"path"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/quire-dev/quire/fragment/storeurl"
 )
 
 // Store is a fragment store: a place where the fragments of journals are
@@ -74,11 +70,11 @@ var ErrCorrupt = errors.New("fragment content does not match its name")
 // region its region; insecure=true uses http rather than https. Opening an
 // S3 store makes no request. Errors name the part of the URL that is wrong.
 func Open(ctx context.Context, rawURL string) (Store, error) {
-	u, err := parseStoreURL(rawURL)
+	u, err := storeurl.Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	switch u.scheme {
+	switch u.Scheme {
 	case "file":
 		return openFileStore(u)
 	default:
@@ -86,216 +82,14 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	}
 }
 
+// MaxURLLen is the maximum length of a store URL, in bytes.
+const MaxURLLen = storeurl.MaxLen
+
 // ValidateURL returns an error naming what is wrong with store URL rawURL,
 // if anything, without opening the store. See Open.
 func ValidateURL(rawURL string) error {
-	_, err := parseStoreURL(rawURL)
+	_, err := storeurl.Parse(rawURL)
 	return err
-}
-
-// storeURL is a parsed store URL.
-type storeURL struct {
-	scheme string // "file" or "s3"
-	// file
-	root string // absolute, clean directory
-	// s3
-	bucket, prefix   string // prefix is "" or ends with "/"
-	endpoint, region string
-	insecure         bool
-}
-
-// String returns the canonical form of u, which parses back to u. Its
-// parts were validated to need no escaping.
-func (u storeURL) String() string {
-	if u.scheme == "file" {
-		return "file://" + strings.TrimSuffix(filepath.ToSlash(u.root), "/") + "/"
-	}
-	var q []string // In the sorted order of url.Values.Encode.
-	if u.endpoint != "" {
-		q = append(q, "endpoint="+u.endpoint)
-	}
-	if u.insecure {
-		q = append(q, "insecure=true")
-	}
-	if u.region != "" {
-		q = append(q, "region="+u.region)
-	}
-	s := "s3://" + u.bucket + "/" + u.prefix
-	if len(q) > 0 {
-		s += "?" + strings.Join(q, "&")
-	}
-	return s
-}
-
-// MaxURLLen is the maximum length of a store URL, in bytes.
-const MaxURLLen = 2048
-
-func parseStoreURL(rawURL string) (storeURL, error) {
-	bad := func(format string, args ...any) (storeURL, error) {
-		return storeURL{}, fmt.Errorf("store URL %q: %s", rawURL, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case rawURL == "":
-		return storeURL{}, errors.New("store URL is empty")
-	case len(rawURL) > MaxURLLen:
-		return storeURL{}, fmt.Errorf("store URL %.32q… is %d bytes long; the maximum is %d", rawURL, len(rawURL), MaxURLLen)
-	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return bad("not a URL: %v", err)
-	}
-	switch {
-	case u.Scheme == "":
-		return bad("has no scheme (want file:// or s3://)")
-	case u.Scheme != "file" && u.Scheme != "s3":
-		return bad("scheme %q is not file or s3", u.Scheme)
-	case u.Opaque != "":
-		return bad("is not of the form %s://…", u.Scheme)
-	case u.User != nil:
-		return bad("has user information; credentials do not belong in a store URL")
-	case u.Fragment != "" || strings.Contains(rawURL, "#"):
-		return bad("has a #fragment")
-	case strings.Contains(rawURL, "%"):
-		return bad("has %%-escapes; store paths are plain")
-	case u.RawPath != "":
-		return bad("path %q has characters that need escaping", u.Path)
-	}
-	if u.Scheme == "file" {
-		return parseFileURL(u, bad)
-	}
-	return parseS3URL(u, bad)
-}
-
-// parseFileURL parses file:///abs/path/: a clean absolute path ending in
-// "/", with no host or query.
-func parseFileURL(u *url.URL, bad func(string, ...any) (storeURL, error)) (storeURL, error) {
-	switch {
-	case u.Host != "":
-		return bad("has host %q (want file:///absolute/path/)", u.Host)
-	case u.RawQuery != "" || u.ForceQuery:
-		return bad("has a query; file stores take no parameters")
-	case !strings.HasPrefix(u.Path, "/"):
-		return bad("path %q is not absolute", u.Path)
-	case !strings.HasSuffix(u.Path, "/"):
-		return bad("path %q does not end in \"/\"", u.Path)
-	}
-	if clean := path.Clean(u.Path); clean != "/" && clean+"/" != u.Path {
-		return bad("path %q is not clean (want %q)", u.Path, clean+"/")
-	}
-	if strings.ContainsFunc(u.Path, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return bad("path %q has a control character", u.Path)
-	}
-	return storeURL{scheme: "file", root: filepath.Clean(filepath.FromSlash(u.Path))}, nil
-}
-
-// parseS3URL parses s3://bucket/prefix/?query.
-func parseS3URL(u *url.URL, bad func(string, ...any) (storeURL, error)) (storeURL, error) {
-	if u.Port() != "" || strings.HasSuffix(u.Host, ":") {
-		return bad("bucket %q has a port (give endpoint=host:port instead)", u.Host)
-	}
-	su := storeURL{scheme: "s3", bucket: u.Host}
-	if err := validateBucket(su.bucket); err != nil {
-		return bad("%v", err)
-	}
-	if p := u.Path; p != "" && p != "/" {
-		if !strings.HasSuffix(p, "/") {
-			return bad("prefix %q does not end in \"/\"", p)
-		}
-		su.prefix = p[1:]
-		if err := validatePrefix(strings.TrimSuffix(su.prefix, "/")); err != nil {
-			return bad("%v", err)
-		}
-	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return bad("query %q: %v", u.RawQuery, err)
-	}
-	for key, vals := range q {
-		if len(vals) != 1 {
-			return bad("query parameter %q is given %d times", key, len(vals))
-		}
-		val := vals[0]
-		switch key {
-		case "endpoint":
-			if err := validateEndpoint(val); err != nil {
-				return bad("endpoint %q: %v", val, err)
-			}
-			su.endpoint = val
-		case "region":
-			if val == "" || strings.ContainsFunc(val, func(r rune) bool {
-				return !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-')
-			}) {
-				return bad("region %q is not lowercase letters, digits and \"-\"", val)
-			}
-			su.region = val
-		case "insecure":
-			b, err := strconv.ParseBool(val)
-			if err != nil {
-				return bad("insecure %q is not a boolean", val)
-			}
-			su.insecure = b
-		default:
-			return bad("query parameter %q is unknown (want endpoint, region or insecure)", key)
-		}
-	}
-	return su, nil
-}
-
-func validateBucket(b string) error {
-	if b == "" {
-		return errors.New("has no bucket (want s3://bucket/)")
-	}
-	if len(b) < 3 || len(b) > 63 {
-		return fmt.Errorf("bucket %q is %d characters long; want 3 to 63", b, len(b))
-	}
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		alnum := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
-		if !alnum && c != '-' && c != '.' {
-			return fmt.Errorf("bucket %q has invalid character %q (want lowercase letters, digits, \"-\" and \".\")", b, c)
-		}
-		if !alnum && (i == 0 || i == len(b)-1) {
-			return fmt.Errorf("bucket %q must begin and end with a letter or digit", b)
-		}
-	}
-	return nil
-}
-
-func validatePrefix(p string) error {
-	for i := 0; i < len(p); i++ {
-		if !journalByte(p[i]) {
-			return fmt.Errorf("prefix %q has invalid character %q (want letters, digits and -_./)", p, p[i])
-		}
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("prefix %q has an empty, \".\" or \"..\" segment", p)
-		}
-	}
-	return nil
-}
-
-func validateEndpoint(e string) error {
-	if e == "" {
-		return errors.New("is empty")
-	}
-	host := e
-	if strings.Contains(e, ":") {
-		h, port, err := net.SplitHostPort(e)
-		if err != nil {
-			return errors.New("is not host or host:port")
-		}
-		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-			return fmt.Errorf("port %q is not a number in 1-65535", port)
-		}
-		host = h
-	}
-	if host == "" || strings.ContainsFunc(host, func(r rune) bool {
-		return r <= ' ' || r >= 0x7f || strings.ContainsRune("/?#@%", r)
-	}) {
-		return fmt.Errorf("host %q is not a host name or address (want host or host:port, without a scheme)", host)
-	}
-	return nil
 }
 
 // writeCompressed reads f.Len() bytes of content, compresses them with

@@ -108,7 +108,7 @@ func TestFragmentValidate(t *testing.T) {
 		{"end", func(f *Fragment) { f.End = 9 }, "end: 9 is before begin 10"},
 		{"sum", func(f *Fragment) { f.Sum = []byte{1, 2} }, "sum: 2 bytes, not a SHA-256 (32 bytes)"},
 		{"codec", func(f *Fragment) { f.Codec = -1 }, "codec: -1 is not a known codec"},
-		{"store", func(f *Fragment) { f.Store = "file:///x" }, `store: "file:///x": path "/x" does not end in "/"`},
+		{"store", func(f *Fragment) { f.Store = "file:///x" }, `store: store URL "file:///x": path "/x" does not end in "/"`},
 		{"modTime", func(f *Fragment) { f.ModTime = -1 }, "modTime: -1 is negative"},
 		{"modTime without store", func(f *Fragment) { f.Store = "" }, "modTime: 1700000000 is set but store is empty"},
 	} {
