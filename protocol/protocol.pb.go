@@ -163,6 +163,13 @@ const (
 	Status_NOT_ALLOWED Status = 11
 	// An Apply's expected revision did not hold.
 	Status_REVISION_MISMATCH Status = 12
+	// Shard service statuses (shard.proto).
+	Status_SHARD_NOT_FOUND Status = 13
+	// The shard has no primary replica at the moment.
+	Status_NO_SHARD_PRIMARY Status = 14
+	// The request may not be proxied, and this process is not the shard's
+	// primary.
+	Status_NOT_SHARD_PRIMARY Status = 15
 )
 
 // Enum value maps for Status.
@@ -181,6 +188,9 @@ var (
 		10: "REGISTER_MISMATCH",
 		11: "NOT_ALLOWED",
 		12: "REVISION_MISMATCH",
+		13: "SHARD_NOT_FOUND",
+		14: "NO_SHARD_PRIMARY",
+		15: "NOT_SHARD_PRIMARY",
 	}
 	Status_value = map[string]int32{
 		"OK":                       0,
@@ -196,6 +206,9 @@ var (
 		"REGISTER_MISMATCH":        10,
 		"NOT_ALLOWED":              11,
 		"REVISION_MISMATCH":        12,
+		"SHARD_NOT_FOUND":          13,
+		"NO_SHARD_PRIMARY":         14,
+		"NOT_SHARD_PRIMARY":        15,
 	}
 )
 
@@ -2003,7 +2016,7 @@ const file_protocol_proto_rawDesc = "" +
 	"READ_WRITE\x10\x00\x12\r\n" +
 	"\tREAD_ONLY\x10\x01\x12\x0e\n" +
 	"\n" +
-	"WRITE_ONLY\x10\x02*\x92\x02\n" +
+	"WRITE_ONLY\x10\x02*\xd4\x02\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x15\n" +
 	"\x11JOURNAL_NOT_FOUND\x10\x01\x12\x0e\n" +
@@ -2019,7 +2032,10 @@ const file_protocol_proto_rawDesc = "" +
 	"\x11REGISTER_MISMATCH\x10\n" +
 	"\x12\x0f\n" +
 	"\vNOT_ALLOWED\x10\v\x12\x15\n" +
-	"\x11REVISION_MISMATCH\x10\f2\xce\x03\n" +
+	"\x11REVISION_MISMATCH\x10\f\x12\x13\n" +
+	"\x0fSHARD_NOT_FOUND\x10\r\x12\x14\n" +
+	"\x10NO_SHARD_PRIMARY\x10\x0e\x12\x15\n" +
+	"\x11NOT_SHARD_PRIMARY\x10\x0f2\xce\x03\n" +
 	"\aJournal\x12A\n" +
 	"\x04List\x12\x1b.quire.protocol.ListRequest\x1a\x1c.quire.protocol.ListResponse\x12D\n" +
 	"\x05Apply\x12\x1c.quire.protocol.ApplyRequest\x1a\x1d.quire.protocol.ApplyResponse\x12C\n" +
