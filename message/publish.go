@@ -39,12 +39,17 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	clock Clock
-	txn   map[string]bool // journals written by the current transaction
+	// txn holds, per journal written by the current transaction, its last
+	// message there: BuildAckIntents may ask it for an acknowledgement.
+	txn map[string]Message
 	// sealed is set between BuildAckIntents and WriteAckIntents: a message
 	// of the next transaction must not reach a journal before the previous
 	// transaction's acknowledgement, which would roll it back.
 	sealed bool
-	buf    bytes.Buffer
+	// unsealed, if set (BlockWhileAckPending), is signalled when sealed
+	// is cleared; publishes wait for it rather than fail.
+	unsealed *sync.Cond
+	buf      bytes.Buffer
 	w      *bufio.Writer
 }
 
@@ -57,7 +62,7 @@ var ErrAckPending = errors.New("message: the previous transaction's acknowledgem
 // Plain publishers use NewProducerID and NewClock(time.Now()); consumers
 // restore both from their checkpoint.
 func NewPublisher(appender *client.Appender, framing Framing, producer ProducerID, clock Clock) *Publisher {
-	p := &Publisher{appender: appender, framing: framing, producer: producer, clock: clock, txn: map[string]bool{}}
+	p := &Publisher{appender: appender, framing: framing, producer: producer, clock: clock, txn: map[string]Message{}}
 	p.w = bufio.NewWriter(&p.buf)
 	return p
 }
@@ -85,11 +90,22 @@ func (p *Publisher) PublishUncommitted(ctx context.Context, journal string, m Me
 	return p.publish(ctx, journal, m, ContinueTxn)
 }
 
+// BlockWhileAckPending makes publishes between BuildAckIntents and
+// WriteAckIntents wait for WriteAckIntents (or for their context to end)
+// rather than fail with ErrAckPending. A consumer sets it: its next
+// transaction runs while the previous one commits, and its messages must
+// not reach a journal before the previous acknowledgements are queued.
+func (p *Publisher) BlockWhileAckPending() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unsealed = sync.NewCond(&p.mu)
+}
+
 func (p *Publisher) publish(ctx context.Context, journal string, m Message, flags Flags) (*client.AppendHandle, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.sealed {
-		return nil, ErrAckPending
+	if err := p.awaitUnsealed(ctx); err != nil {
+		return nil, err
 	}
 	frame, err := p.stamp(m, flags)
 	if err != nil {
@@ -100,9 +116,33 @@ func (p *Publisher) publish(ctx context.Context, journal string, m Message, flag
 		return nil, err
 	}
 	if flags == ContinueTxn {
-		p.txn[journal] = true
+		p.txn[journal] = m
 	}
 	return h, nil
+}
+
+// awaitUnsealed returns ErrAckPending while p is sealed, or, with
+// BlockWhileAckPending, waits until it is not. p.mu is held.
+func (p *Publisher) awaitUnsealed(ctx context.Context) error {
+	if !p.sealed {
+		return nil
+	}
+	if p.unsealed == nil {
+		return ErrAckPending
+	}
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.unsealed.Broadcast()
+	})
+	defer stop()
+	for p.sealed {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p.unsealed.Wait()
+	}
+	return nil
 }
 
 // stamp ticks the clock, sets m's UUID and returns its frame. p.mu is held.
@@ -129,7 +169,9 @@ type AckIntent struct {
 // BuildAckIntents ends the current transaction: it returns an
 // acknowledgement for every journal the transaction wrote, in journal
 // order, each committing the producer's messages through the publisher's
-// current clock. The caller writes them with WriteAckIntents.
+// current clock. The caller writes them with WriteAckIntents. newAck
+// returns the acknowledgement message for a journal; if nil, it is the
+// NewAcknowledgement of the transaction's last message there.
 func (p *Publisher) BuildAckIntents(newAck func(journal string) Message) ([]AckIntent, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -143,7 +185,12 @@ func (p *Publisher) BuildAckIntents(newAck func(journal string) Message) ([]AckI
 	uuid := BuildUUID(p.producer, p.clock, AckTxn)
 	out := make([]AckIntent, 0, len(journals))
 	for _, j := range journals {
-		ack := newAck(j)
+		var ack Message
+		if newAck != nil {
+			ack = newAck(j)
+		} else {
+			ack = p.txn[j].NewAcknowledgement(j)
+		}
 		ack.SetUUID(uuid)
 		p.buf.Reset()
 		if err := p.framing.Marshal(ack, p.w); err != nil {
@@ -177,5 +224,8 @@ func (p *Publisher) WriteAckIntents(ctx context.Context, intents []AckIntent) ([
 		hs = append(hs, h)
 	}
 	p.sealed = false
+	if p.unsealed != nil {
+		p.unsealed.Broadcast()
+	}
 	return hs, nil
 }

@@ -31,15 +31,13 @@ type ReaderConfig struct {
 }
 
 // Reader reads a journal's committed messages, each exactly once: it
-// splits the journal's bytes into frames, decodes them, and passes them
-// through a Sequencer. Its Checkpoint, stored with the state the delivered
-// messages produced, resumes it exactly.
+// splits the journal's bytes into frames, decodes them (a Decoder), and
+// passes them through a Sequencer. Its Checkpoint, stored with the state
+// the delivered messages produced, resumes it exactly.
 type Reader struct {
-	cfg     ReaderConfig
-	journal *client.Reader
-	br      *bufio.Reader
-	seq     *Sequencer
-	ready   []Delivery // delivered by the sequencer, not yet returned
+	dec   *Decoder
+	seq   *Sequencer
+	ready []Delivery // delivered by the sequencer, not yet returned
 }
 
 // NewReader returns a Reader of cfg.Journal through c.
@@ -48,63 +46,104 @@ func NewReader(ctx context.Context, c *client.Client, cfg ReaderConfig) (*Reader
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	jr := c.NewReader(ctx, client.ReadRequest{Journal: cfg.Journal, Offset: cfg.Checkpoint.Offset, Block: cfg.Block})
-	return &Reader{cfg: cfg, journal: jr, br: bufio.NewReaderSize(jr, 256<<10), seq: seq}, nil
+	return &Reader{dec: NewDecoder(ctx, c, cfg), seq: seq}, nil
 }
 
 // Next returns the next committed message and its offsets in the journal.
 func (r *Reader) Next() (Delivery, error) {
 	for len(r.ready) == 0 {
-		if err := r.readFrame(); err != nil {
+		m, begin, end, err := r.dec.Next()
+		if err != nil {
 			return Delivery{}, err
 		}
+		ds, err := r.seq.Queue(m, begin, end)
+		if err != nil {
+			return Delivery{}, fmt.Errorf("message: journal %s at offset %d: %w", r.dec.cfg.Journal, begin, err)
+		}
+		r.ready = append(r.ready, ds...)
 	}
 	d := r.ready[0]
 	r.ready = r.ready[1:]
 	return d, nil
 }
 
-// readFrame reads, decodes and sequences one frame.
-func (r *Reader) readFrame() error {
-	begin := r.journal.Offset() - int64(r.br.Buffered())
-	frame, err := r.cfg.Framing.Unpack(r.br)
-	end := r.journal.Offset() - int64(r.br.Buffered())
+// Decoder reads a journal's messages as they are written, committed or
+// not: it splits the journal's bytes into frames and decodes them, without
+// sequencing. A consumer that sequences elsewhere (in another goroutine
+// than the one that decodes) reads with a Decoder; others use a Reader.
+type Decoder struct {
+	cfg     ReaderConfig
+	journal *client.Reader
+	br      *bufio.Reader
+}
+
+// NewDecoder returns a Decoder of cfg.Journal through c, from
+// cfg.Checkpoint.Offset. It ignores the checkpoint's producers.
+func NewDecoder(ctx context.Context, c *client.Client, cfg ReaderConfig) *Decoder {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	jr := c.NewReader(ctx, client.ReadRequest{Journal: cfg.Journal, Offset: cfg.Checkpoint.Offset, Block: cfg.Block})
+	return &Decoder{cfg: cfg, journal: jr, br: bufio.NewReaderSize(jr, 256<<10)}
+}
+
+// Next returns the next message of the journal and its offsets [begin,
+// end). Bad frames are skipped or returned as errors, as
+// cfg.SkipBadFrames says.
+func (d *Decoder) Next() (m Message, begin, end int64, err error) {
+	for {
+		m, begin, end, err = d.readFrame()
+		if m != nil || err != nil {
+			return m, begin, end, err
+		}
+	}
+}
+
+// Buffered is the number of bytes read from the journal and not yet
+// decoded: while it is not zero, Next returns without waiting for the
+// network.
+func (d *Decoder) Buffered() int { return d.br.Buffered() }
+
+// WriteHead is the journal's write head, as the broker last reported it.
+func (d *Decoder) WriteHead() int64 { return d.journal.WriteHead() }
+
+// Close releases the Decoder's stream.
+func (d *Decoder) Close() error { return d.journal.Close() }
+
+// readFrame reads and decodes one frame. It returns a nil message and
+// error for a frame skipped or a gap.
+func (d *Decoder) readFrame() (Message, int64, int64, error) {
+	begin := d.journal.Offset() - int64(d.br.Buffered())
+	frame, err := d.cfg.Framing.Unpack(d.br)
+	end := d.journal.Offset() - int64(d.br.Buffered())
 	switch {
 	case errors.Is(err, client.ErrOffsetJump):
 		// Content was removed: frames resume at the new offset.
-		r.cfg.Logger.Warn("message reader skipped a gap in its journal", "journal", r.cfg.Journal, "err", err)
-		r.br.Reset(r.journal)
-		return nil
+		d.cfg.Logger.Warn("message reader skipped a gap in its journal", "journal", d.cfg.Journal, "err", err)
+		d.br.Reset(d.journal)
+		return nil, 0, 0, nil
 	case errors.Is(err, ErrDesyncFrame) || errors.Is(err, ErrFrameTooLarge):
-		return r.badFrame(begin, err)
-	case errors.Is(err, io.ErrUnexpectedEOF) && !r.cfg.Block:
-		return io.EOF // A frame still being written: not a message yet.
+		return nil, 0, 0, d.badFrame(begin, err)
+	case errors.Is(err, io.ErrUnexpectedEOF) && !d.cfg.Block:
+		return nil, 0, 0, io.EOF // A frame still being written: not a message yet.
 	case errors.Is(err, client.ErrOffsetNotYetAvailable):
-		return io.EOF
+		return nil, 0, 0, io.EOF
 	case err != nil:
-		return err
+		return nil, 0, 0, err
 	}
-	m := r.cfg.New()
-	if err := r.cfg.Framing.Unmarshal(frame, m); err != nil {
-		return r.badFrame(begin, err)
+	m := d.cfg.New()
+	if err := d.cfg.Framing.Unmarshal(frame, m); err != nil {
+		return nil, 0, 0, d.badFrame(begin, err)
 	}
-	ds, err := r.seq.Queue(m, begin, end)
-	if err != nil {
-		return fmt.Errorf("message: journal %s at offset %d: %w", r.cfg.Journal, begin, err)
-	}
-	r.ready = append(r.ready, ds...)
-	return nil
+	return m, begin, end, nil
 }
 
-func (r *Reader) badFrame(offset int64, err error) error {
-	err = fmt.Errorf("message: journal %s at offset %d: %w", r.cfg.Journal, offset, err)
-	if !r.cfg.SkipBadFrames {
+func (d *Decoder) badFrame(offset int64, err error) error {
+	err = fmt.Errorf("message: journal %s at offset %d: %w", d.cfg.Journal, offset, err)
+	if !d.cfg.SkipBadFrames {
 		return err
 	}
-	r.cfg.Logger.Warn("message reader skipped a bad frame", "err", err)
+	d.cfg.Logger.Warn("message reader skipped a bad frame", "err", err)
 	return nil
 }
 
@@ -126,4 +165,4 @@ func (r *Reader) Checkpoint() (Checkpoint, error) {
 }
 
 // Close releases the Reader's stream.
-func (r *Reader) Close() error { return r.journal.Close() }
+func (r *Reader) Close() error { return r.dec.Close() }
