@@ -124,6 +124,57 @@ func (p *Pebble) StartCommit(ctx context.Context, cp Checkpoint) error {
 	return nil
 }
 
+// Pipeliner is a Store that can let the next transaction run while a
+// commit becomes durable: a consumer's transactions are pipelined over it.
+type Pipeliner interface {
+	Store
+	// CommitAsync commits like StartCommit, but returns once the commit
+	// is applied (later reads and writes build on it), with a function
+	// that waits until it is durable. The caller calls wait once, and
+	// commits nothing else before it returned nil. If wait fails, the
+	// commit's durability is unknown and the store has failed.
+	CommitAsync(ctx context.Context, cp Checkpoint) (wait func() error, err error)
+}
+
+var _ Pipeliner = (*Pebble)(nil)
+
+// CommitAsync implements Pipeliner: the batch is applied to the database
+// without waiting for its WAL sync, which wait awaits.
+func (p *Pebble) CommitAsync(ctx context.Context, cp Checkpoint) (func() error, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b, err := marshalCheckpoint(cp)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.batch.Set([]byte(CheckpointKey), b, nil); err != nil {
+		p.err = fmt.Errorf("store: writing checkpoint into batch: %w", err)
+		return nil, p.err
+	}
+	// ApplyNoSyncWait makes the batch visible before its WAL sync, as a
+	// synced Apply would too; only the wait is deferred.
+	if err := p.db.ApplyNoSyncWait(p.batch, pebble.Sync); err != nil {
+		p.err = fmt.Errorf("store: commit: %w", err)
+		return nil, p.err
+	}
+	old := p.batch
+	p.batch = p.db.NewIndexedBatch()
+	return func() error {
+		err := old.SyncWait()
+		if cerr := old.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("store: closing committed batch: %w", cerr)
+		}
+		if err != nil {
+			return fmt.Errorf("store: commit: %w", err)
+		}
+		return nil
+	}, nil
+}
+
 // Close discards the pending batch and closes the database.
 func (p *Pebble) Close() error {
 	if errors.Is(p.err, ErrClosed) {

@@ -359,3 +359,41 @@ func TestMemory(t *testing.T) {
 		t.Fatalf("StartCommit after Close: %v", err)
 	}
 }
+
+func TestPebbleCommitAsync(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	p, err := OpenPebble(dir, vfs.Default, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := Checkpoint{Sources: map[string]message.Checkpoint{"a/b": {Offset: 10, Read: 10}}}
+	if err := p.Batch().Set([]byte("k"), []byte("1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	wait, err := p.CommitAsync(ctx, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next transaction sees the commit before it is durable.
+	v, closer, err := p.Batch().Get([]byte("k"))
+	if err != nil || string(v) != "1" {
+		t.Fatalf("next batch reads %q, %v; want 1", v, err)
+	}
+	closer.Close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = OpenPebble(dir, vfs.Default, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	got, err := p.RestoreCheckpoint(ctx)
+	if err != nil || got.Sources["a/b"].Read != 10 {
+		t.Fatalf("restored %+v, %v", got, err)
+	}
+}
