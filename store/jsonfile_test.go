@@ -31,15 +31,15 @@ func openJSON[T any](t testing.TB, fs vfs.FS, dir string) *JSONFile[T] {
 	return s
 }
 
-func commit(t testing.TB, s Store, cp Checkpoint) {
+func mustCommit(t testing.TB, s Store, cp Checkpoint) {
 	t.Helper()
 	if err := s.StartCommit(testContext(t), cp); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// readFile returns the content of name in fs, or nil if it does not exist.
-func readFile(t testing.TB, fs vfs.FS, name string) []byte {
+// readVFS returns the content of name in fs, or nil if it does not exist.
+func readVFS(t testing.TB, fs vfs.FS, name string) []byte {
 	t.Helper()
 	f, err := fs.Open(name)
 	if errors.Is(err, os.ErrNotExist) {
@@ -55,7 +55,7 @@ func readFile(t testing.TB, fs vfs.FS, name string) []byte {
 	return b
 }
 
-func writeFile(t testing.TB, fs vfs.FS, name, content string) {
+func writeVFS(t testing.TB, fs vfs.FS, name, content string) {
 	t.Helper()
 	f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -85,11 +85,11 @@ func TestJSONFileCommitAndReopen(t *testing.T) {
 	}
 
 	s.State["a"], s.State["b"] = 1, 2
-	commit(t, s, checkpoint(1))
+	mustCommit(t, s, checkpoint(1))
 	sameCheckpoint(t, "after commit 1", restore(t, s), checkpoint(1))
 	s.State["b"]++
 	delete(s.State, "a")
-	commit(t, s, checkpoint(2))
+	mustCommit(t, s, checkpoint(2))
 	s.State["lost"] = 9 // Never committed.
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestJSONFileStructState(t *testing.T) {
 	s.State.Total = 7
 	s.State.Seen = append(s.State.Seen, "x", "y")
 	s.State.Last = &message.Checkpoint{Offset: 3, Read: 4}
-	commit(t, s, checkpoint(1))
+	mustCommit(t, s, checkpoint(1))
 
 	r := openJSON[state](t, vfs.Default, dir)
 	if r.State.Total != 7 || strings.Join(r.State.Seen, ",") != "x,y" || r.State.Last.Offset != 3 || r.State.Last.Read != 4 {
@@ -134,8 +134,8 @@ func TestJSONFileRefusesBadCommit(t *testing.T) {
 	dir := t.TempDir()
 	s := openJSON[map[string]any](t, vfs.Default, dir)
 	s.State["a"] = 1.0
-	commit(t, s, checkpoint(1))
-	committed := readFile(t, vfs.Default, filepath.Join(dir, JSONFileName))
+	mustCommit(t, s, checkpoint(1))
+	committed := readVFS(t, vfs.Default, filepath.Join(dir, JSONFileName))
 	s.State["a"] = 2.0
 
 	bad := checkpoint(2)
@@ -161,14 +161,14 @@ func TestJSONFileRefusesBadCommit(t *testing.T) {
 	delete(s.State, "nan")
 
 	// Nothing was written, and the store has not failed.
-	if got := readFile(t, vfs.Default, filepath.Join(dir, JSONFileName)); !bytes.Equal(got, committed) {
+	if got := readVFS(t, vfs.Default, filepath.Join(dir, JSONFileName)); !bytes.Equal(got, committed) {
 		t.Fatalf("refused commits changed the file:\n%s\nwas\n%s", got, committed)
 	}
-	if got := readFile(t, vfs.Default, filepath.Join(dir, JSONTempName)); got != nil {
+	if got := readVFS(t, vfs.Default, filepath.Join(dir, JSONTempName)); got != nil {
 		t.Fatalf("refused commits left a temporary file: %s", got)
 	}
 	sameCheckpoint(t, "after refused commits", restore(t, s), checkpoint(1))
-	commit(t, s, checkpoint(3))
+	mustCommit(t, s, checkpoint(3))
 	r := openJSON[map[string]any](t, vfs.Default, dir)
 	sameCheckpoint(t, "reopened", restore(t, r), checkpoint(3))
 	if r.State["a"] != 2.0 {
@@ -180,11 +180,11 @@ func TestJSONFileRemovesLeftoverTemp(t *testing.T) {
 	dir := t.TempDir()
 	s := openJSON[counts](t, vfs.Default, dir)
 	s.State["a"] = 1
-	commit(t, s, checkpoint(1))
+	mustCommit(t, s, checkpoint(1))
 	// A crash while writing the next commit leaves a partial temporary
 	// file, never renamed.
 	tmp := filepath.Join(dir, JSONTempName)
-	writeFile(t, vfs.Default, tmp, `{"state":{"a":2},"check`)
+	writeVFS(t, vfs.Default, tmp, `{"state":{"a":2},"check`)
 
 	r := openJSON[counts](t, vfs.Default, dir)
 	sameCheckpoint(t, "reopened", restore(t, r), checkpoint(1))
@@ -193,7 +193,7 @@ func TestJSONFileRemovesLeftoverTemp(t *testing.T) {
 		t.Fatalf("leftover temporary file was not removed: %v", err)
 	}
 	r.State["a"] = 3
-	commit(t, r, checkpoint(2))
+	mustCommit(t, r, checkpoint(2))
 	sameState(t, "after commit", openJSON[counts](t, vfs.Default, dir).State, counts{"a": 3})
 }
 
@@ -216,7 +216,7 @@ func TestJSONFileBadFiles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			name := filepath.Join(dir, JSONFileName)
-			writeFile(t, vfs.Default, name, tc.content)
+			writeVFS(t, vfs.Default, name, tc.content)
 			_, err := OpenJSONFile[counts](vfs.Default, dir)
 			if err == nil {
 				t.Fatalf("opened a store from %q", tc.content)
@@ -224,7 +224,7 @@ func TestJSONFileBadFiles(t *testing.T) {
 			if !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q does not name the file %s and %q", err, name, tc.want)
 			}
-			if got := readFile(t, vfs.Default, name); string(got) != tc.content {
+			if got := readVFS(t, vfs.Default, name); string(got) != tc.content {
 				t.Fatalf("the bad file was changed to %q", got)
 			}
 		})
@@ -341,7 +341,7 @@ func TestJSONFileCrashAtEveryStep(t *testing.T) {
 		s.State["total"] += txn
 		crashes, ops = nil, nil
 		fs.before = crash
-		commit(t, s, checkpoint(txn))
+		mustCommit(t, s, checkpoint(txn))
 		fs.before = func(string) error { return nil }
 		if err := crash("after commit"); err != nil {
 			t.Fatal(err)
@@ -386,7 +386,7 @@ func TestJSONFileFailedCommitIsSticky(t *testing.T) {
 			dir := t.TempDir()
 			s := openJSON[counts](t, fs, dir)
 			s.State["a"] = 1
-			commit(t, s, checkpoint(1))
+			mustCommit(t, s, checkpoint(1))
 
 			s.State["a"] = 2
 			fs.before = func(op string) error {
@@ -438,7 +438,7 @@ func TestJSONFileRecordedAndPlayed(t *testing.T) {
 			s.State[k] += txn
 			model[k] += txn
 		}
-		commit(t, s, checkpoint(txn))
+		mustCommit(t, s, checkpoint(txn))
 	}
 	s.State["uncommitted"] = 1
 
@@ -470,7 +470,7 @@ func TestJSONFileRecordedAndPlayed(t *testing.T) {
 	}
 	n := openJSON[counts](t, rec, played)
 	n.State["next"] = 11
-	commit(t, n, checkpoint(11))
+	mustCommit(t, n, checkpoint(11))
 	if err := s.StartCommit(testContext(t), checkpoint(11)); !errors.Is(err, recoverylog.ErrFenced) {
 		t.Fatalf("commit of the deposed primary: %v, want recoverylog.ErrFenced", err)
 	}
