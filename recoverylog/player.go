@@ -127,19 +127,35 @@ func (p *Player) Play(ctx context.Context) error {
 		}
 	}
 	if p.cfg.Tail {
-		tail, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-p.finish:
-				cancel()
-			case <-tail.Done():
-			}
-		}()
-		err := p.playFrom(tail, true)
-		cancel()
-		if ctx.Err() != nil || !p.finishing() || !errors.Is(err, context.Canceled) && err != nil {
-			return err
+		return p.Tail(ctx)
+	}
+	if err := p.playFrom(ctx, false); err != nil {
+		return err
+	}
+	return p.syncFiles()
+}
+
+// Tail plays on from where the player is, reading at the write head as a
+// hot standby until FinishAtWriteHead, and then to the write head, as Play
+// does with PlayerConfig.Tail. A standby first plays without Tail (to
+// learn when it reached the write head), then calls Tail. Once finished,
+// Tail plays to the current write head and returns: a new primary whose
+// takeover of the log failed because its predecessor appended meanwhile
+// calls it again to catch up.
+func (p *Player) Tail(ctx context.Context) error {
+	defer p.closeFiles()
+	tail, cancel := context.WithCancel(ctx)
+	go func() { // Ends with tail, which is cancelled before Tail returns.
+		select {
+		case <-p.finish:
+			cancel()
+		case <-tail.Done():
 		}
+	}()
+	err := p.playFrom(tail, true)
+	cancel()
+	if ctx.Err() != nil || !p.finishing() || !errors.Is(err, context.Canceled) && err != nil {
+		return err
 	}
 	if err := p.playFrom(ctx, false); err != nil {
 		return err
