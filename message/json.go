@@ -3,11 +3,18 @@ package message
 import (
 	"bufio"
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
 	"sync"
+	"sync/atomic"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // jsonFraming is the framing of JSONLines: each message is one line, its
@@ -129,12 +136,135 @@ func skipLine(r *bufio.Reader, err error) (int64, error) {
 	return n, err
 }
 
-// Unmarshal decodes the JSON of frame into m, with encoding/json. As
+// Unmarshal decodes the JSON of frame into m, as encoding/json would: as
 // encoding/json does, it leaves the fields of m that frame lacks as they
-// were.
+// were, matches names case-insensitively, and calls the methods of
+// json.Unmarshaler and encoding.TextUnmarshaler.
+//
+// For speed, it decodes with the engine of json/v2
+// (github.com/go-json-experiment/json) under the options that give
+// encoding/json's semantics (jsonv1.DefaultOptionsV1), less legacy error
+// reporting, whose cost is a full validation pass before decoding. That
+// option only turns into errors what encoding/json tolerates, so where
+// the fast decode succeeds its result is encoding/json's. Where it fails,
+// Unmarshal decodes frame again with encoding/json itself, and returns
+// encoding/json's result and error; if encoding/json succeeds, m's type
+// decodes with encoding/json from then on. Types that json/v2 would
+// decode otherwise than encoding/json (see jsonTypeNeedsV1) always decode
+// with encoding/json.
 func (jsonFraming) Unmarshal(frame []byte, m Message) error {
+	t := jsonTypeOf(m)
+	if !t.v1.Load() {
+		if jsonv2.Unmarshal(frame, m, jsonDecodeOptions) == nil {
+			return nil
+		}
+	}
 	if err := json.Unmarshal(frame, m); err != nil {
 		return fmt.Errorf("message: decode JSON frame into %T: %w", m, err)
 	}
+	t.v1.Store(true) // encoding/json decoded what json/v2 did not.
 	return nil
+}
+
+// jsonDecodeOptions are encoding/json's semantics in json/v2, except for
+// how errors are reported. Without ReportErrorsWithLegacySemantics,
+// json/v2 reports errors rather than ignore them (in malformed struct
+// tags, conflicting field names, names that match several fields
+// case-insensitively, unknown-type values), stops at the first error,
+// wraps the errors of Unmarshal methods, and does not validate the whole
+// input before it decodes.
+var jsonDecodeOptions = jsonv2.JoinOptions(
+	jsonv1.DefaultOptionsV1(),
+	jsonv1.ReportErrorsWithLegacySemantics(false),
+)
+
+// jsonType is what Unmarshal knows of a message type.
+type jsonType struct {
+	v1 atomic.Bool // Decode with encoding/json only.
+}
+
+// jsonTypes maps the reflect.Type of messages to their *jsonType.
+var jsonTypes sync.Map
+
+func jsonTypeOf(m Message) *jsonType {
+	rt := reflect.TypeOf(m)
+	if t, ok := jsonTypes.Load(rt); ok {
+		return t.(*jsonType)
+	}
+	t := new(jsonType)
+	t.v1.Store(jsonTypeNeedsV1(rt, make(map[reflect.Type]bool)))
+	actual, _ := jsonTypes.LoadOrStore(rt, t)
+	return actual.(*jsonType)
+}
+
+var (
+	jsonNumberType       = reflect.TypeFor[json.Number]()
+	jsonUnmarshalerType  = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType  = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonUnmarshalerFromT = reflect.TypeFor[jsonv2.UnmarshalerFrom]()
+)
+
+// jsonTypeNeedsV1 tells whether values of t, or of what t decodes into
+// by reflection, would decode differently with json/v2, even under
+// encoding/json's options: encoding/json.Number (json/v2 knows only its
+// own Number type, and takes any string for encoding/json's), types with
+// an UnmarshalJSONFrom method (which json/v2 calls, and encoding/json
+// does not), and struct tags with options that only json/v2 knows (such
+// as embed, case:strict, format:...) or a quoted name. Types found in
+// seen were looked at already.
+func jsonTypeNeedsV1(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	if t == jsonNumberType {
+		return true
+	}
+	pt := t
+	if t.Kind() != reflect.Pointer {
+		pt = reflect.PointerTo(t)
+	}
+	if pt.Implements(jsonUnmarshalerFromT) {
+		return true
+	}
+	if pt.Implements(jsonUnmarshalerType) || pt.Implements(textUnmarshalerType) {
+		return false // Its method decodes it, the same way in both.
+	}
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return jsonTypeNeedsV1(t.Elem(), seen)
+	case reflect.Map:
+		return jsonTypeNeedsV1(t.Key(), seen) || jsonTypeNeedsV1(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if tag, ok := f.Tag.Lookup("json"); ok && !jsonTagIsV1(tag) {
+				return true
+			}
+			if jsonTypeNeedsV1(f.Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// jsonTagIsV1 tells whether a json struct tag means the same to
+// encoding/json and json/v2: a plain name, and only options that both
+// know.
+func jsonTagIsV1(tag string) bool {
+	name, opts, _ := strings.Cut(tag, ",")
+	if strings.HasPrefix(name, "'") {
+		return false
+	}
+	for opts != "" {
+		var opt string
+		opt, opts, _ = strings.Cut(opts, ",")
+		switch opt {
+		case "omitempty", "omitzero", "string":
+		default:
+			return false
+		}
+	}
+	return true
 }
