@@ -42,6 +42,11 @@ type Publisher struct {
 	// txn holds, per journal written by the current transaction, its last
 	// message there: BuildAckIntents may ask it for an acknowledgement.
 	txn map[string]Message
+	// written are the appends of the current transaction's messages, and
+	// sealedWrites those of the transaction that BuildAckIntents ended:
+	// its acknowledgements wait for them (an acknowledgement must never
+	// commit a message whose append failed).
+	written, sealedWrites []*client.AppendHandle
 	// sealed is set between BuildAckIntents and WriteAckIntents: a message
 	// of the next transaction must not reach a journal before the previous
 	// transaction's acknowledgement, which would roll it back.
@@ -117,6 +122,7 @@ func (p *Publisher) publish(ctx context.Context, journal string, m Message, flag
 	}
 	if flags == ContinueTxn {
 		p.txn[journal] = m
+		p.written = append(p.written, h)
 	}
 	return h, nil
 }
@@ -202,6 +208,7 @@ func (p *Publisher) BuildAckIntents(newAck func(journal string) Message) ([]AckI
 		out = append(out, AckIntent{Journal: j, Intent: bytes.Clone(p.buf.Bytes())})
 	}
 	clear(p.txn)
+	p.sealedWrites, p.written = p.written, nil
 	p.sealed = len(out) != 0
 	return out, nil
 }
@@ -212,9 +219,22 @@ func (p *Publisher) BuildAckIntents(newAck func(journal string) Message) ([]AckI
 //
 // Appends are queued in order per journal, so messages published after it
 // returns land after the acknowledgements.
+//
+// It first waits until every message of the transaction that
+// BuildAckIntents ended is appended, and fails, writing nothing, if one
+// of those appends failed.
 func (p *Publisher) WriteAckIntents(ctx context.Context, intents []AckIntent) ([]*client.AppendHandle, error) {
 	p.mu.Lock()
+	writes := p.sealedWrites
+	p.mu.Unlock()
+	for _, h := range writes {
+		if _, err := h.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("message: a message of the transaction was not written, so it is not acknowledged: %w", err)
+		}
+	}
+	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.sealedWrites = nil
 	hs := make([]*client.AppendHandle, 0, len(intents))
 	for _, in := range intents {
 		h, err := p.appender.Append(ctx, in.Journal, in.Intent)

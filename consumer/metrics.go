@@ -1,0 +1,18 @@
+package consumer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	replicaFailures = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_consumer_replica_failures_total", Help: "Shard replicas that failed (status FAILED)."})
+	txnsTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_consumer_txns_total", Help: "Shard transactions committed."})
+	messagesTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_consumer_messages_total", Help: "Committed messages consumed by shards."})
+	txnDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name: "quire_consumer_txn_seconds", Help: "Time from a transaction's first message to its commit's resolution.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+)

@@ -1,0 +1,364 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/message"
+	"github.com/quire-dev/quire/protocol"
+	"github.com/quire-dev/quire/recoverylog"
+	"github.com/quire-dev/quire/store"
+)
+
+// replica is this process's replica of a shard. Its life is a state
+// machine, reported in its assignment's value:
+//
+//	IDLE ──▶ BACKFILL ──▶ STANDBY ──▶ PRIMARY
+//	  │   (playing hints)  (tailing)     ▲
+//	  └──────────────────────────────────┘  no recovery log, or slot 0 at once
+//	any ──▶ FAILED (an error; it stays so until unassigned)
+//
+// A standby becomes primary when its assignment moves to slot 0
+// (promoted): it finishes playback at the write head, takes over the
+// recovery log, opens the store and processes. It is never demoted: the
+// resolver stops a primary whose assignment left slot 0.
+type replica struct {
+	srv    *Server
+	id     string
+	dir    string
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returned
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	spec       *ShardSpec
+	assignment allocator.AssignmentKV
+	changed    chan struct{} // closed and replaced when assignment or want change
+	want       Status        // the status to keep in the assignment
+	promoted   chan struct{} // closed once assigned slot 0
+	isPromoted bool
+
+	// Set once the primary serves (ready closed).
+	ready chan struct{}
+	shard *Shard
+	store store.Store
+	// Committed read-through offsets of the sources, and the write heads
+	// seen; committedCh is closed and replaced at each commit.
+	readThrough map[string]int64
+	heads       map[string]int64
+	committedCh chan struct{}
+}
+
+func newReplica(srv *Server, spec *ShardSpec, a allocator.AssignmentKV) *replica {
+	ctx, cancel := context.WithCancel(srv.ctx)
+	r := &replica{srv: srv, id: spec.ID, dir: srv.replicaDir(spec.ID), ctx: ctx, cancel: cancel,
+		log:  srv.log.With("shard", spec.ID),
+		done: make(chan struct{}), changed: make(chan struct{}), promoted: make(chan struct{}),
+		ready: make(chan struct{}), committedCh: make(chan struct{}),
+		readThrough: map[string]int64{}, heads: map[string]int64{}}
+	r.update(spec, a)
+	return r
+}
+
+// update is told of the replica's latest spec and assignment.
+func (r *replica) update(spec *ShardSpec, a allocator.AssignmentKV) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spec, r.assignment = spec, a
+	if a.Slot == 0 && !r.isPromoted {
+		r.isPromoted = true
+		close(r.promoted)
+	}
+	r.wake()
+}
+
+// wake tells the status keeper that something changed. r.mu is held.
+func (r *replica) wake() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// isPrimary tells whether the replica was ever assigned slot 0.
+func (r *replica) isPrimary() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.isPromoted
+}
+
+// stop ends the replica; its goroutine cleans up.
+func (r *replica) stop() { r.cancel() }
+
+func (r *replica) setStatus(s Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.want != s {
+		r.want = s
+		r.wake()
+	}
+}
+
+// run is the replica's life.
+func (r *replica) run() {
+	defer r.srv.wg.Done()
+	defer close(r.done)
+	defer os.RemoveAll(r.dir)
+	defer r.wg.Wait()
+	defer r.cancel()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.keepStatus() }()
+
+	err := r.serve()
+	if err == nil || r.ctx.Err() != nil {
+		return
+	}
+	r.log.Error("shard replica failed", "err", err)
+	replicaFailures.Inc()
+	r.setStatus(Status{Code: protocol.ReplicaCode_FAILED, Error: err.Error()})
+	<-r.ctx.Done() // FAILED until unassigned, or the process stops.
+}
+
+// serve plays the recovery log as a standby until promoted, then serves
+// as primary until the replica stops.
+func (r *replica) serve() error {
+	spec := r.currentSpec()
+	if spec.RecoveryLog() == "" {
+		r.setStatus(Status{Code: protocol.ReplicaCode_STANDBY})
+		select {
+		case <-r.promoted:
+		case <-r.ctx.Done():
+			return nil
+		}
+		return r.servePrimary(spec, nil)
+	}
+	r.setStatus(Status{Code: protocol.ReplicaCode_BACKFILL})
+	player, err := r.backfill(spec)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-r.promoted:
+	default:
+		r.setStatus(Status{Code: protocol.ReplicaCode_STANDBY})
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			select {
+			case <-r.promoted:
+				player.FinishAtWriteHead()
+			case <-r.ctx.Done():
+			}
+		}()
+		if err := player.Tail(r.ctx); err != nil {
+			return playError(r.ctx, spec, err)
+		}
+	}
+	return r.servePrimary(spec, player)
+}
+
+func (r *replica) currentSpec() *ShardSpec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.spec
+}
+
+// backfill plays the recovery log to its write head, from the newest
+// hints that play.
+func (r *replica) backfill(spec *ShardSpec) (*recoverylog.Player, error) {
+	hints, err := recoverylog.LoadHints(r.ctx, r.srv.cfg.Etcd, spec.HintKey(), spec.HintBackupCount())
+	if err != nil {
+		return nil, fmt.Errorf("loading hints of shard %s: %w", spec.ID, err)
+	}
+	candidates := append(hints, nil) // nil: from the log's start.
+	if len(hints) != 0 {
+		candidates = hints // Hints exist, so the log's start may be pruned.
+	}
+	start := time.Now()
+	player, err := recoverylog.PlayFirst(r.ctx, recoverylog.PlayerConfig{
+		Client: r.srv.cfg.Journals, Journal: spec.RecoveryLog(), Dir: r.dir}, candidates)
+	if err != nil {
+		return nil, playError(r.ctx, spec, err)
+	}
+	p := player.Progress()
+	r.log.Info("recovery log played to its write head", "log", spec.RecoveryLog(), "offset", p.Offset,
+		"bytesRead", p.BytesRead, "bytesSkipped", p.BytesSkipped, "took", time.Since(start))
+	return player, nil
+}
+
+func playError(ctx context.Context, spec *ShardSpec, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("playing recovery log %s: %w", spec.RecoveryLog(), err)
+}
+
+// servePrimary takes over the recovery log (if any), opens and restores
+// the store, and processes transactions until the replica stops.
+func (r *replica) servePrimary(spec *ShardSpec, player *recoverylog.Player) error {
+	var rec *recoverylog.Recorder
+	if player != nil {
+		var err error
+		if rec, err = r.takeOver(spec, player); err != nil || rec == nil {
+			return err
+		}
+		if err := r.storeHints(spec, rec); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return err
+	}
+	app := r.srv.cfg.App
+	appender := r.srv.cfg.Journals.NewAppender(r.ctx, client.AppenderConfig{})
+	defer appender.Close()
+	pub := message.NewPublisher(appender, framingOf(app, ""), message.NewProducerID(), message.NewClock(time.Now()))
+	pub.BlockWhileAckPending()
+	sh := &Shard{ctx: r.ctx, spec: spec, dir: r.dir, recorder: rec, publisher: pub,
+		journals: r.srv.cfg.Journals, etcd: r.srv.cfg.Etcd, log: r.log}
+
+	st, err := guard("NewStore", func() (store.Store, error) { return app.NewStore(sh) })
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cp, err := st.RestoreCheckpoint(r.ctx)
+	if err != nil {
+		return fmt.Errorf("restoring checkpoint: %w", err)
+	}
+	if err := writeAcks(r.ctx, pub, cp.AckIntents); err != nil {
+		return fmt.Errorf("re-writing the acknowledgements of the last commit: %w", err)
+	}
+	r.servingPrimary(sh, st, cp)
+	if rec != nil {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.storeHintsEvery(spec, rec) }()
+	}
+	err = r.transactions(sh, st, cp)
+	if rec != nil && r.srv.ctx.Err() == nil {
+		r.storeFinalHints(spec, rec)
+	}
+	return err
+}
+
+// servingPrimary publishes the primary's store, for Resolve and Stat.
+func (r *replica) servingPrimary(sh *Shard, st store.Store, cp store.Checkpoint) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.shard, r.store = sh, st
+	for j, c := range cp.Sources {
+		r.readThrough[j] = c.Read
+	}
+	close(r.ready)
+	r.want = Status{Code: protocol.ReplicaCode_PRIMARY}
+	r.wake()
+	r.log.Info("shard primary serving")
+}
+
+// takeOver creates the recorder that continues the player's log, fencing
+// the previous primary. If the previous primary appended since playback
+// ended, it plays on and tries again.
+func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recoverylog.Recorder, error) {
+	author := fmt.Sprintf("%s.%s.%d", r.srv.cfg.Zone, r.srv.cfg.Suffix, r.assignmentRevision())
+	for attempt := 0; ; attempt++ {
+		rec, err := recoverylog.NewRecorder(r.ctx, recoverylog.RecorderConfig{
+			Client: r.srv.cfg.Journals, Journal: spec.RecoveryLog(), Author: author,
+			Dir: r.dir, FSM: player.FSM()})
+		switch {
+		case err == nil:
+			return rec, nil
+		case r.ctx.Err() != nil:
+			return nil, nil
+		case !errors.Is(err, client.ErrWrongAppendOffset) || attempt == 10:
+			return nil, fmt.Errorf("taking over recovery log %s: %w", spec.RecoveryLog(), err)
+		}
+		player.FinishAtWriteHead()
+		if err := player.Tail(r.ctx); err != nil {
+			return nil, playError(r.ctx, spec, err)
+		}
+	}
+}
+
+func (r *replica) assignmentRevision() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.assignment.KV.CreateRevision
+}
+
+// writeAcks writes acknowledgement intents and waits for their appends.
+func writeAcks(ctx context.Context, pub *message.Publisher, intents []message.AckIntent) error {
+	hs, err := pub.WriteAckIntents(ctx, intents)
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if _, err := h.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// guard calls an application callback, turning a panic into an error.
+func guard[T any](name string, f func() (T, error)) (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("application %s panicked: %v", name, p)
+		}
+	}()
+	v, err = f()
+	if err != nil {
+		err = fmt.Errorf("application %s: %w", name, err)
+	}
+	return v, err
+}
+
+// keepStatus keeps the replica's wanted status in its assignment's value,
+// by transactions conditioned on the assignment's mod revision, retried
+// (after a backoff on errors) while the replica lives.
+func (r *replica) keepStatus() {
+	backoff := 50 * time.Millisecond
+	for {
+		r.mu.Lock()
+		want, a, changed := r.want, r.assignment, r.changed
+		r.mu.Unlock()
+		if statusOf(a) != want {
+			if err := r.putStatus(a, want); err != nil {
+				r.log.Warn("recording replica status failed; retrying", "status", want.String(), "err", err)
+				select {
+				case <-time.After(backoff):
+					backoff = min(2*backoff, 5*time.Second)
+					continue
+				case <-r.ctx.Done():
+					return
+				}
+			}
+			backoff = 50 * time.Millisecond
+		}
+		select {
+		case <-changed:
+		case <-r.ctx.Done():
+			return
+		}
+	}
+}
+
+// putStatus writes want into assignment a, if it is unchanged. A changed
+// assignment is not an error: the resolver delivers the new one.
+func (r *replica) putStatus(a allocator.AssignmentKV, want Status) error {
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	key := string(a.KV.Key)
+	_, err := r.srv.cfg.Etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", a.KV.ModRevision)).
+		Then(clientv3.OpPut(key, want.encode(), clientv3.WithIgnoreLease())).Commit()
+	return err
+}

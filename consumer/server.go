@@ -1,0 +1,244 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/keyspace"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// Defaults of Config.
+const (
+	DefaultLimit        = 1024
+	DefaultLeaseTTL     = 10 * time.Second
+	DefaultHintInterval = time.Minute
+)
+
+// Config configures a consumer process.
+type Config struct {
+	// App is the application whose shards the process serves.
+	App Application
+	// Etcd is the coordination store; Journals the client of the brokers.
+	Etcd     *clientv3.Client
+	Journals *client.Client
+	// Root is the application's key prefix, ending in '/', e.g.
+	// /quire/consumers/wordcount/. Its shard specs are at ROOT/items/ID.
+	Root string
+	// Zone and Suffix name the process; Endpoint is the address of its
+	// gRPC Shard service, host:port, as other processes reach it.
+	Zone, Suffix, Endpoint string
+	// Dir holds the local directories of the shards' stores. What is
+	// there when the process starts is left by an earlier process and is
+	// removed: stores are played back from their recovery logs.
+	Dir string
+	// Limit is the most shard replicas the process holds. Zero means
+	// DefaultLimit.
+	Limit int
+	// LeaseTTL is how long the process's keys outlive it: the time a
+	// crashed primary's shards wait before failing over. Zero means
+	// DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// HintInterval is how often a primary stores its recovery-log hints.
+	// Zero means DefaultHintInterval.
+	HintInterval time.Duration
+	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
+	MaxTxnOps int
+	Logger    *slog.Logger
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.App == nil:
+		return errors.New("consumer: Config.App is required")
+	case c.Etcd == nil:
+		return errors.New("consumer: Config.Etcd is required")
+	case c.Journals == nil:
+		return errors.New("consumer: Config.Journals is required")
+	case c.Dir == "":
+		return errors.New("consumer: Config.Dir is required")
+	case c.Root == "" || c.Root[0] != '/' || c.Root[len(c.Root)-1] != '/':
+		return fmt.Errorf("consumer: root %q must begin and end with '/'", c.Root)
+	case c.Limit < 0:
+		return fmt.Errorf("consumer: limit %d is negative", c.Limit)
+	case c.Endpoint == "":
+		return errors.New("consumer: Config.Endpoint is required (host:port of the Shard service)")
+	}
+	if err := allocator.ValidateToken("zone", c.Zone, false); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	if err := allocator.ValidateToken("suffix", c.Suffix, false); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	return nil
+}
+
+// Server is a consumer process: a member of its application's fleet that
+// serves the shard replicas assigned to it, and the Shard gRPC service.
+// Register it with a grpc.Server (protocol.RegisterShardServer), then Run
+// it.
+type Server struct {
+	protocol.UnimplementedShardServer
+
+	cfg      Config
+	id       *protocol.ProcessID
+	log      *slog.Logger
+	ks       *keyspace.KeySpace
+	resolver *resolver
+	conns    connPool
+	seq      atomic.Int64 // numbers replica directories
+
+	ctx     context.Context // the server's life
+	wg      sync.WaitGroup  // replicas' goroutines
+	serving chan struct{}   // closed once the keyspace is loaded
+}
+
+// New returns a consumer process for cfg. It does nothing until Run.
+func New(cfg Config) (*Server, error) {
+	if cfg.Limit == 0 {
+		cfg.Limit = DefaultLimit
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.HintInterval == 0 {
+		cfg.HintInterval = DefaultHintInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, id: &protocol.ProcessID{Zone: cfg.Zone, Suffix: cfg.Suffix},
+		log: cfg.Logger.With("consumer", cfg.Zone+"#"+cfg.Suffix), serving: make(chan struct{})}
+	s.resolver = newResolver(s)
+	s.ks = keyspace.New(cfg.Root, allocator.NewDecoder(cfg.Root, decoders))
+	return s, nil
+}
+
+// ID is the process's zone and suffix.
+func (s *Server) ID() *protocol.ProcessID { return s.id }
+
+// Run serves until ctx is done (returning at once: the process's shards
+// fail over when its lease expires) or drain is closed (handing its
+// shards to other processes, then returning nil). Replicas have stopped
+// when it returns.
+func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
+	ctx, cancel := context.WithCancel(ctx)
+	s.ctx = ctx
+	defer s.conns.close()
+	defer s.wg.Wait()
+	defer cancel()
+
+	if err := s.resetDir(); err != nil {
+		return err
+	}
+	if err := s.ks.Load(ctx, s.cfg.Etcd, 0); err != nil {
+		return fmt.Errorf("consumer: loading keyspace %s: %w", s.cfg.Root, err)
+	}
+	s.ks.Observe(s.resolver.observe)
+	s.resolver.observe(s.ks.Snapshot())
+	close(s.serving)
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.ks.Watch(ctx, s.cfg.Etcd) }()
+	err := allocator.Run(ctx, drain, allocator.MemberConfig{
+		Config: allocator.Config{Client: s.cfg.Etcd, KeySpace: s.ks, Ready: Ready,
+			MaxTxnOps: s.cfg.MaxTxnOps, Logger: s.log},
+		Root: s.cfg.Root, Zone: s.cfg.Zone, Suffix: s.cfg.Suffix, LeaseTTL: s.cfg.LeaseTTL,
+		Encode: func(exiting bool) string {
+			return allocator.Encode(MemberSpec{Limit: s.cfg.Limit, Exiting: exiting, Endpoint: s.cfg.Endpoint})
+		},
+		Drained: func(ctx context.Context) error { return s.resolver.awaitNoReplicas(ctx) },
+	})
+	s.resolver.stopAll()
+	return err
+}
+
+// resetDir empties the directory of replicas' stores: an earlier
+// process's are stale (a store is played back from its recovery log).
+func (s *Server) resetDir() error {
+	dir := filepath.Join(s.cfg.Dir, "replicas")
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("consumer: removing stale replicas in %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	return nil
+}
+
+// replicaDir returns a new directory for a replica of shard id.
+func (s *Server) replicaDir(id string) string {
+	return filepath.Join(s.cfg.Dir, "replicas", fmt.Sprintf("%d", s.seq.Add(1)))
+}
+
+// header is the header of this process's responses.
+func (s *Server) header() *protocol.Header {
+	return &protocol.Header{ProcessId: s.id, Revision: s.ks.Revision()}
+}
+
+// awaitRevision waits until the server serves, then (briefly) until its
+// keyspace reflects rev.
+func (s *Server) awaitRevision(ctx context.Context, rev int64) error {
+	select {
+	case <-s.serving:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if rev <= s.ks.Revision() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return s.ks.WaitForRevision(ctx, rev)
+}
+
+// connPool keeps one client connection per consumer endpoint.
+type connPool struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// Dial returns a connection to the consumer process at endpoint, shared
+// by the process's proxies (and an application's own RPCs).
+func (s *Server) Dial(endpoint string) (*grpc.ClientConn, error) { return s.conns.get(endpoint) }
+
+func (p *connPool) get(endpoint string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[endpoint]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: dialing %s: %w", endpoint, err)
+	}
+	if p.conns == nil {
+		p.conns = map[string]*grpc.ClientConn{}
+	}
+	p.conns[endpoint] = c
+	return c, nil
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
