@@ -1,0 +1,248 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/internal/brokertest"
+	"github.com/quire-dev/quire/internal/consumertest"
+	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/message"
+	"github.com/quire-dev/quire/protocol"
+	"github.com/quire-dev/quire/store"
+)
+
+func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
+
+// countMsg is the counting application's message: one occurrence of Key.
+type countMsg struct {
+	UUID message.UUID `json:"uuid"`
+	Key  string       `json:"key,omitempty"`
+	// Fail makes Consume fail, for tests of FAILED shards.
+	Fail bool `json:"fail,omitempty"`
+}
+
+func (m *countMsg) GetUUID() message.UUID                      { return m.UUID }
+func (m *countMsg) SetUUID(u message.UUID)                     { m.UUID = u }
+func (m *countMsg) NewAcknowledgement(string) message.Message { return &countMsg{} }
+
+// counter counts messages per key into a recorded Pebble store, reading
+// and writing each count in the transaction's batch.
+type counter struct{}
+
+func (counter) NewStore(sh *consumer.Shard) (store.Store, error) {
+	return store.OpenPebble(sh.Dir(), sh.FS(), &pebble.Options{Logger: quietPebble{}})
+}
+
+func (counter) NewMessage(string) message.Message { return &countMsg{} }
+
+func (counter) Consume(sh *consumer.Shard, st store.Store, env consumer.Envelope) error {
+	m := env.Message.(*countMsg)
+	if m.Fail {
+		return fmt.Errorf("message at %s:%d asks to fail", env.Journal, env.Begin)
+	}
+	b := st.(*store.Pebble).Batch()
+	key := []byte("count/" + m.Key)
+	n, err := readCount(b, key)
+	if err != nil {
+		return err
+	}
+	return b.Set(key, binary.AppendUvarint(nil, n+1), nil)
+}
+
+func (counter) FinalizeTxn(*consumer.Shard, store.Store) error { return nil }
+
+
+func readCount(r pebble.Reader, key []byte) (uint64, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	n, _ := binary.Uvarint(v)
+	return n, nil
+}
+
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)  {}
+func (quietPebble) Errorf(string, ...any) {}
+func (quietPebble) Fatalf(f string, a ...any) {
+	panic(fmt.Sprintf(f, a...))
+}
+
+// cluster is 3 brokers and a consumer fleet of the counter.
+type cluster struct {
+	t        *testing.T
+	brokers  *brokertest.Cluster
+	journals *client.Client
+	fleet    *consumertest.Fleet
+	root     string
+}
+
+func newCluster(t *testing.T, app consumer.Application) *cluster {
+	bc := brokertest.New(t)
+	b := bc.Start("b1")
+	bc.Start("b2")
+	bc.Start("b3")
+	cl := bc.Client(b)
+	root := strings.TrimSuffix(bc.Root, "/") + "-consumers/"
+	return &cluster{t: t, brokers: bc, journals: cl, root: root,
+		fleet: consumertest.New(t, bc.Etcd, cl, root, app)}
+}
+
+// shardSpec is a counting shard reading source, with a recovery log.
+func (c *cluster) shardSpec(id string, standbys int, sources ...string) *consumer.ShardSpec {
+	spec := &consumer.ShardSpec{ID: id, RecoveryLogPrefix: "recovery", HintPrefix: c.root + "hints/",
+		HotStandbys: standbys, MaxTxnDuration: 50 * time.Millisecond}
+	for _, s := range sources {
+		spec.Sources = append(spec.Sources, consumer.Source{Journal: s})
+	}
+	return spec
+}
+
+// apply creates shard specs and their journals (sources and recovery
+// logs, replication 3).
+func (c *cluster) apply(specs ...*consumer.ShardSpec) {
+	c.t.Helper()
+	var journals []string
+	req := &protocol.ShardApplyRequest{}
+	for _, s := range specs {
+		for _, src := range s.Sources {
+			journals = append(journals, src.Journal)
+		}
+		journals = append(journals, s.RecoveryLog())
+		raw, err := consumer.MarshalShardSpec(s.WithDefaults())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		req.Changes = append(req.Changes, &protocol.ShardApplyRequest_Change{Upsert: raw})
+	}
+	c.brokers.Journals(c.journals, 3, journals...)
+	var p *consumertest.Process
+	for _, p = range c.fleet.Procs {
+		break
+	}
+	resp, err := c.fleet.Client(p).Apply(context.Background(), req)
+	if err != nil || resp.Status != protocol.Status_OK {
+		c.t.Fatalf("applying shards: %v %v", resp, err)
+	}
+}
+
+// publisher publishes committed counting messages.
+type publisher struct {
+	pub      *message.Publisher
+	appender *client.Appender
+	mu       sync.Mutex
+	ends     map[string]int64 // per journal, the end of the last append
+}
+
+func (c *cluster) publisher() *publisher {
+	a := c.journals.NewAppender(context.Background(), client.AppenderConfig{})
+	c.t.Cleanup(func() { a.Close() })
+	return &publisher{appender: a, ends: map[string]int64{},
+		pub: message.NewPublisher(a, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))}
+}
+
+func (p *publisher) publish(t *testing.T, journal string, msgs ...*countMsg) {
+	t.Helper()
+	var last *client.AppendHandle
+	for _, m := range msgs {
+		h, err := p.pub.PublishCommitted(context.Background(), journal, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = h
+	}
+	if last == nil {
+		return
+	}
+	f, err := last.Wait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ends[journal] = max(p.ends[journal], f.End)
+	p.mu.Unlock()
+}
+
+// stat waits until shard has read through the publisher's appends to its
+// sources.
+func (c *cluster) stat(shard string, readThrough map[string]int64) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		var p *consumertest.Process
+		for _, p = range c.fleet.Procs {
+			break
+		}
+		resp, err := c.fleet.Client(p).Stat(ctx, &protocol.ShardStatRequest{Shard: shard, ReadThrough: readThrough})
+		if err == nil && resp.Status == protocol.Status_OK {
+			return
+		}
+		if ctx.Err() != nil {
+			c.t.Fatalf("stat of %s: %v %v", shard, resp, err)
+		}
+		time.Sleep(50 * time.Millisecond) // The shard is failing over: ask again.
+	}
+}
+
+// counts reads the counts of keys from shard's primary store.
+func (c *cluster) counts(shard string, keys ...string) map[string]uint64 {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		for _, p := range c.fleet.Procs {
+			res, err := p.Server.Resolve(ctx, shard)
+			if err != nil || res.Store == nil {
+				continue
+			}
+			out := map[string]uint64{}
+			for _, k := range keys {
+				n, err := readCount(res.Store.(*store.Pebble).DB(), []byte("count/"+k))
+				if err != nil {
+					c.t.Fatal(err)
+				}
+				out[k] = n
+			}
+			return out
+		}
+		if ctx.Err() != nil {
+			c.t.Fatalf("no primary of %s found", shard)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestCountingShard(t *testing.T) {
+	c := newCluster(t, counter{})
+	c.fleet.Start("c1", "za")
+	c.fleet.Start("c2", "zb")
+	c.apply(c.shardSpec("counts/shard-0", 1, "counts/in-0"))
+	p := c.publisher()
+	for i := range 100 {
+		p.publish(t, "counts/in-0", &countMsg{Key: fmt.Sprintf("k%d", i%5)})
+	}
+	c.stat("counts/shard-0", p.ends)
+	got := c.counts("counts/shard-0", "k0", "k1", "k4")
+	for k, n := range got {
+		if n != 20 {
+			t.Errorf("count of %s = %d, want 20", k, n)
+		}
+	}
+}
