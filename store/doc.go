@@ -13,14 +13,65 @@
 // (completing or rolling back an interrupted commit), and continues reading
 // each source from its checkpoint.
 //
-// Two stores are provided:
+// # Stores
 //
-//   - Pebble: an embedded Pebble database. In production it runs over a
-//     recoverylog.Recorder, so that a commit, synced by Pebble, is in the
-//     shard's recovery log when StartCommit returns, and the store can be
-//     rebuilt on another machine by a recoverylog.Player.
+// Four stores are provided (docs/stores.md compares them):
+//
+//   - Pebble: an embedded Pebble database, for state of any size. In
+//     production it runs over a recoverylog.Recorder, so that a commit,
+//     synced by Pebble, is in the shard's recovery log when StartCommit
+//     returns, and the store can be rebuilt on another machine by a
+//     recoverylog.Player.
+//   - JSONFile: a Go value of the application's (a map, a struct) that
+//     each commit writes whole, with the checkpoint, as one JSON document:
+//     to a temporary file, synced, renamed over the committed one, and the
+//     directory synced. Its file operations are those a
+//     recoverylog.Recorder records, so it is recorded and played like
+//     Pebble. For small state (a few MiB at most): each commit costs the
+//     whole state's size.
+//   - SQL: a database reached through database/sql (tested against
+//     PostgreSQL). The application makes its changes in the *sql.Tx that
+//     the store hands out, and StartCommit writes the checkpoint in the
+//     same transaction and commits it. The database is durable on its
+//     own, so the shard needs no recovery log; a fence per shard keeps a
+//     deposed primary from committing (ErrFenced).
 //   - Memory: a Go map and a checkpoint held in memory, for stateless
 //     applications and tests. Nothing of it survives the process.
+//
+// Pebble and JSONFile fail for good when a commit fails midway (every
+// later call returns the error; the shard is recovered to know what was
+// committed); SQL does too once its transaction was used. A commit refused
+// before anything was written (an invalid checkpoint, a done context, for
+// JSONFile a state that does not marshal) leaves the store as it was.
+//
+// # The SQL store's table
+//
+// OpenSQL creates its checkpoint table (DefaultSQLTable, or
+// SQLOptions.Table) if it does not exist, with SQLTableDDL:
+//
+//	CREATE TABLE IF NOT EXISTS quire_checkpoints (
+//		shard      TEXT PRIMARY KEY,
+//		fence      BIGINT NOT NULL,
+//		checkpoint TEXT
+//	)
+//
+// A role that may not create tables (PostgreSQL requires the CREATE
+// privilege on the schema even when the table exists) sets
+// SQLOptions.TableExists, the table having been created by one that may;
+// checkpoint may then also be JSONB. The role needs SELECT, INSERT and
+// UPDATE on it. Each OpenSQL increments its shard's fence:
+//
+//	INSERT INTO quire_checkpoints AS c (shard, fence) VALUES ($1, 1)
+//	ON CONFLICT (shard) DO UPDATE SET fence = c.fence + 1
+//	RETURNING fence, checkpoint
+//
+// and each commit, in the application's transaction, writes the
+// checkpoint only where the fence is still its own:
+//
+//	UPDATE quire_checkpoints SET checkpoint = $3 WHERE shard = $1 AND fence = $2
+//
+// If that updates no row, a successor has opened the store: the
+// transaction is rolled back and StartCommit fails with ErrFenced.
 //
 // A store serves one shard's transactions, one at a time: it is not safe
 // for concurrent use.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // The "pgx" database/sql driver.
 
@@ -409,4 +410,51 @@ func TestSQLJSONBColumn(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameCheckpoint(t, "reopened", restore(t, r), checkpoint(1))
+}
+
+// TestSQLOpenWaitsForACommitUnderWay checks what fencing relies on: a
+// commit that has updated the shard's row but not yet committed holds
+// the row, so a successor's open waits for it and then sees its
+// checkpoint (the commit is not lost, and cannot be fenced after the
+// fact).
+func TestSQLOpenWaitsForACommitUnderWay(t *testing.T) {
+	f := newSQLFixture(t)
+	a := f.open("shard")
+	// a's commit, stopped between its update and its commit.
+	tx, err := f.db.BeginTx(testContext(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.ExecContext(testContext(t), "UPDATE "+f.opts.Table+" SET checkpoint = $3 WHERE shard = $1 AND fence = $2",
+		"shard", a.Fence(), mustCheckpointJSON(t, checkpoint(1)))
+	if n, _ := res.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("update: %v, %d rows", err, n)
+	}
+
+	type result struct {
+		s   *SQL
+		err error
+	}
+	opened := make(chan result, 1)
+	go func() {
+		s, err := OpenSQL(testContext(t), f.db, "shard", f.opts)
+		opened <- result{s, err}
+	}()
+	select {
+	case <-opened:
+		t.Fatal("the successor opened while a commit held the shard's row")
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-opened
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	b := r.s
+	sameCheckpoint(t, "successor", restore(t, b), checkpoint(1))
+	if b.Fence() != a.Fence()+1 {
+		t.Fatalf("fences %d then %d", a.Fence(), b.Fence())
+	}
 }
