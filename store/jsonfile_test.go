@@ -481,3 +481,65 @@ func TestJSONFileRecordedAndPlayed(t *testing.T) {
 	sameCheckpoint(t, "played again", restore(t, a), checkpoint(11))
 	sameState(t, "played again", a.State, model)
 }
+
+// TestJSONFileRecordedLeftoverTemp records a commit that fails after its
+// temporary file was synced (so the file is in the recovery log) but
+// before its rename: a new primary, recording on from the played
+// directory, removes the file and continues from the commit before.
+func TestJSONFileRecordedLeftoverTemp(t *testing.T) {
+	const journal = "recovery/jsonfile-leftover"
+	cl := cluster(t, journal)
+	dir := filepath.Join(t.TempDir(), "state")
+	injected := errors.New("injected failure")
+	fs := &hookFS{FS: newRecorder(t, cl, journal, dir), before: func(string) error { return nil }}
+	s := openJSON[counts](t, fs, dir)
+	s.State["a"] = 1
+	mustCommit(t, s, checkpoint(1))
+	s.State["a"] = 2
+	fs.before = func(op string) error {
+		if op == "rename "+JSONTempName {
+			return injected
+		}
+		return nil
+	}
+	if err := s.StartCommit(testContext(t), checkpoint(2)); !errors.Is(err, injected) {
+		t.Fatalf("commit failing at its rename: %v", err)
+	}
+
+	played := filepath.Join(t.TempDir(), "played")
+	pl, err := recoverylog.NewPlayer(recoverylog.PlayerConfig{Client: cl, Journal: journal, Dir: played})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pl.Play(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(played, JSONTempName)); err != nil {
+		t.Fatalf("the synced temporary file was not played: %v", err)
+	}
+	rec, err := recoverylog.NewRecorder(testContext(t), recoverylog.RecorderConfig{
+		Client: cl, Journal: journal, Author: "store-test-2", Dir: played, FSM: pl.FSM()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := openJSON[counts](t, rec, played)
+	sameCheckpoint(t, "new primary", restore(t, n), checkpoint(1))
+	sameState(t, "new primary", n.State, counts{"a": 1})
+	n.State["a"] = 3
+	mustCommit(t, n, checkpoint(3))
+
+	again := filepath.Join(t.TempDir(), "again")
+	pl, err = recoverylog.NewPlayer(recoverylog.PlayerConfig{Client: cl, Journal: journal, Dir: again})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pl.Play(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if paths := pl.FSM().Paths(); len(paths) != 1 || paths[0] != JSONFileName {
+		t.Fatalf("played files %q, want only %s", paths, JSONFileName)
+	}
+	a := openJSON[counts](t, vfs.Default, again)
+	sameCheckpoint(t, "played again", restore(t, a), checkpoint(3))
+	sameState(t, "played again", a.State, counts{"a": 3})
+}
