@@ -68,6 +68,11 @@ type Decoders struct {
 	Member     func(raw []byte) (MemberValue, error)
 	Item       func(raw []byte) (ItemValue, error)
 	Assignment func(raw []byte) (any, error)
+	// SkipOthers quietly keeps out of the mirror the keys under the root
+	// that are not members, items or assignments (an owner's other keys,
+	// such as a consumer application's hints), rather than logging each
+	// as a decoding error.
+	SkipOthers bool
 }
 
 // Member, Item and Assignment are the decoded forms of a fleet's keys, as
@@ -113,6 +118,9 @@ func NewDecoder(root string, d Decoders) keyspace.Decoder {
 			return decodeItem(strings.TrimPrefix(key, ItemsPrefix), kv.Value, d.Item)
 		case strings.HasPrefix(key, AssignmentsPrefix):
 			return decodeAssignment(strings.TrimPrefix(key, AssignmentsPrefix), kv.Value, d.Assignment)
+		}
+		if d.SkipOthers {
+			return nil, keyspace.ErrSkip
 		}
 		return nil, fmt.Errorf("key %q is not under %s, %s or %s", kv.Key, MembersPrefix, ItemsPrefix, AssignmentsPrefix)
 	}

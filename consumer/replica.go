@@ -143,8 +143,8 @@ func (r *replica) serve() error {
 	}
 	r.setStatus(Status{Code: protocol.ReplicaCode_BACKFILL})
 	player, err := r.backfill(spec)
-	if err != nil {
-		return err
+	if err != nil || player == nil {
+		return err // player is nil if the replica stopped.
 	}
 	select {
 	case <-r.promoted:

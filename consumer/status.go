@@ -90,6 +90,7 @@ var decoders = allocator.Decoders{
 		return UnmarshalShardSpec(raw)
 	},
 	Assignment: decodeStatus,
+	SkipOthers: true, // Hints, typically.
 }
 
 // MemberSpec is a consumer process's allocator member spec, stored as

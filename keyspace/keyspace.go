@@ -18,8 +18,14 @@ import (
 )
 
 // Decoder decodes the value of an etcd key. Returning an error keeps the key
-// out of the mirror. It must not modify kv.
+// out of the mirror, and is logged unless it is ErrSkip. It must not modify
+// kv.
 type Decoder func(kv *mvccpb.KeyValue) (any, error)
+
+// ErrSkip is returned by a Decoder for a key that does not belong in the
+// mirror though it lies under its root (an owner's other keys): it is kept
+// out quietly.
+var ErrSkip = errors.New("keyspace: key skipped")
 
 // Metrics are package-level, so any number of KeySpaces share them.
 var (
@@ -202,7 +208,9 @@ func (ks *KeySpace) read(ctx context.Context, kv clientv3.KV, rev int64) (KeyVal
 // decodeKV decodes raw, logging and counting a failure.
 func (ks *KeySpace) decodeKV(raw *mvccpb.KeyValue) (any, bool) {
 	d, err := ks.decode(raw)
-	if err != nil {
+	if errors.Is(err, ErrSkip) {
+		return nil, false
+	} else if err != nil {
 		decodeErrors.Inc()
 		ks.logger().Warn("keyspace: value does not decode; keeping the key out of the mirror",
 			"root", ks.Root, "key", string(raw.Key), "mod_revision", raw.ModRevision, "err", err)

@@ -1,0 +1,422 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// More optional interfaces of an Application, which Main uses.
+type (
+	// Registerer serves gRPC services of the application's own in every
+	// consumer process, beside the Shard service: Main's serve calls
+	// Register before it serves. A handler finds the primary of the shard
+	// a request is about with srv.Resolve, answers it from the store if
+	// that is this process, and otherwise forwards it over srv.Dial.
+	Registerer interface {
+		Register(gs *grpc.Server, srv *Server)
+	}
+	// Namer names the application: Main's command is named after it, and
+	// serve's --prefix defaults to /quire/consumers/NAME/.
+	Namer interface {
+		Name() string
+	}
+)
+
+// Defaults of Main's serve flags: those of `quire dev`.
+const (
+	DefaultEtcd   = "127.0.0.1:7701"
+	DefaultBroker = "127.0.0.1:7700"
+)
+
+// UsageError marks an error in what the user gave (arguments, flags,
+// input): Main exits with code 2 rather than 1. An application's own
+// commands may return one.
+type UsageError struct{ Err error }
+
+func (u UsageError) Error() string { return u.Err.Error() }
+func (u UsageError) Unwrap() error { return u.Err }
+
+func usagef(format string, args ...any) error {
+	return UsageError{fmt.Errorf(format, args...)}
+}
+
+// Main turns app into a complete binary, and runs it: a command with a
+// `serve` subcommand (see ServeCommand), the application's own commands
+// cmds, and a --log-level flag. It exits when the command is done: with
+// code 0, 1 on an error, or 2 on a UsageError (and on bad flags).
+//
+//	func main() { consumer.Main(myApp{}, publishCommand(), queryCommand()) }
+func Main(app Application, cmds ...*cobra.Command) {
+	root := NewCommand(app, cmds...)
+	err := root.Execute()
+	if err == nil {
+		os.Exit(0)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", root.Name(), err)
+	if errors.As(err, new(UsageError)) {
+		os.Exit(2)
+	}
+	os.Exit(1)
+}
+
+// NewCommand returns the command that Main executes: named after the
+// application (Namer) or the binary, with serve, cmds and a persistent
+// --log-level flag (debug, info, warn or error; default info) that sets
+// slog's default logger to text on standard error.
+func NewCommand(app Application, cmds ...*cobra.Command) *cobra.Command {
+	name := filepath.Base(os.Args[0])
+	if n, ok := app.(Namer); ok && n.Name() != "" {
+		name = n.Name()
+	}
+	var logLevel string
+	root := &cobra.Command{
+		Use:           name,
+		Short:         "The " + name + " consumer application",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return UsageError{err} })
+	root.AddCommand(ServeCommand(app))
+	root.AddCommand(cmds...)
+	return root
+}
+
+// serveFlags are serve's flags.
+type serveFlags struct {
+	etcd, prefix, zone, suffix string
+	listen, advertise, dir     string
+	broker                     string
+	limit                      int
+	leaseTTL                   time.Duration
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// ServeCommand returns the `serve` command, which runs a consumer process
+// of app: a member of the application's fleet under --prefix in etcd,
+// serving the shard replicas the allocator assigns to it, the Shard gRPC
+// service and the application's own services (Registerer) on --listen.
+// Every flag but --advertise, --limit and --lease-ttl falls back to an
+// environment variable, named in its help. SIGTERM (or Ctrl-C) drains the
+// process: its shards move to other processes, then it exits; a second
+// signal exits at once, and its shards fail over when its lease expires.
+func ServeCommand(app Application) *cobra.Command {
+	var f serveFlags
+	defPrefix := ""
+	if n, ok := app.(Namer); ok && n.Name() != "" {
+		defPrefix = "/quire/consumers/" + n.Name() + "/"
+	}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a consumer process of the application",
+		Long: `Join the application's fleet under --prefix in etcd as process ZONE#SUFFIX,
+and serve the shard replicas the allocator assigns to it: a primary reads
+its shard's journals and processes them in transactions; a standby tails
+its recovery log, ready to take over. The Shard service (and the
+application's own) is served over gRPC on --listen. Shards' local stores
+live under --dir, which is emptied at start: they are played back from
+their recovery logs. The defaults reach 'quire dev'.
+
+SIGTERM (or Ctrl-C) drains: the process's shards move to other processes,
+then it exits. A process alone in its fleet has nobody to hand them to, and
+keeps them until a second signal, which exits at once: its shards then fail
+over when its lease expires.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd.Context(), app, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", DefaultEtcd), "comma-separated etcd endpoints (env QUIRE_ETCD)")
+	fl.StringVar(&f.prefix, "prefix", envOr("QUIRE_CONSUMER_PREFIX", defPrefix), "the application's key prefix in etcd, such as /quire/consumers/NAME/ (env QUIRE_CONSUMER_PREFIX)")
+	fl.StringVar(&f.zone, "zone", envOr("QUIRE_ZONE", "local"), "the process's zone, e.g. its availability zone (env QUIRE_ZONE)")
+	fl.StringVar(&f.suffix, "suffix", os.Getenv("QUIRE_SUFFIX"), "the process's name, unique in its zone (env QUIRE_SUFFIX; default HOSTNAME-PORT, the port of --listen)")
+	fl.StringVar(&f.listen, "listen", envOr("QUIRE_LISTEN", "127.0.0.1:0"), "host:port to serve gRPC on; port 0 picks a free one (env QUIRE_LISTEN)")
+	fl.StringVar(&f.advertise, "advertise", "", "host:port that other processes reach this one at (default: the address --listen bound, or HOSTNAME:PORT if it listens on all interfaces)")
+	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_CONSUMER_DIR"), "directory of the shards' local stores, emptied at start (env QUIRE_CONSUMER_DIR; default a temporary directory, removed at exit)")
+	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", DefaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	fl.IntVar(&f.limit, "limit", DefaultLimit, "most shard replicas the process holds")
+	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
+	return cmd
+}
+
+// validate checks the flags, before anything is started.
+func (f *serveFlags) validate() error {
+	if strings.TrimSpace(f.etcd) == "" {
+		return usagef("--etcd is empty: give etcd endpoints such as %s (or set QUIRE_ETCD)", DefaultEtcd)
+	}
+	for _, e := range strings.Split(f.etcd, ",") {
+		if strings.TrimSpace(e) == "" {
+			return usagef("--etcd %q: an endpoint is empty", f.etcd)
+		}
+	}
+	switch {
+	case f.prefix == "":
+		return usagef("--prefix is empty: give the application's key prefix, such as /quire/consumers/NAME/ (or set QUIRE_CONSUMER_PREFIX)")
+	case !strings.HasPrefix(f.prefix, "/") || !strings.HasSuffix(f.prefix, "/") || len(f.prefix) < 2:
+		return usagef("--prefix %q: want a key prefix that starts and ends with '/', such as /quire/consumers/NAME/", f.prefix)
+	}
+	if err := allocator.ValidateToken("--zone", f.zone, false); err != nil {
+		return UsageError{err}
+	}
+	if f.suffix != "" {
+		if err := allocator.ValidateToken("--suffix", f.suffix, false); err != nil {
+			return UsageError{err}
+		}
+	}
+	if err := validateHostPort("--listen", f.listen, true); err != nil {
+		return err
+	}
+	if f.advertise != "" {
+		if err := validateHostPort("--advertise", f.advertise, false); err != nil {
+			return err
+		}
+	}
+	if f.broker == "" {
+		return usagef("--broker is empty: give host:port of a broker, such as %s (or set QUIRE_BROKER)", DefaultBroker)
+	}
+	if err := validateHostPort("--broker", f.broker, false); err != nil {
+		return err
+	}
+	if f.limit < 1 {
+		return usagef("--limit %d: want at least 1", f.limit)
+	}
+	if f.leaseTTL < time.Second {
+		return usagef("--lease-ttl %s: want at least 1s", f.leaseTTL)
+	}
+	return nil
+}
+
+func validateHostPort(flag, addr string, zeroPort bool) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("%s %q: want host:port: %v", flag, addr, err)
+	}
+	lo := 1
+	if zeroPort {
+		lo = 0
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < lo || p > 65535 {
+		return usagef("%s %q: port %q is not a number from %d to 65535", flag, addr, port, lo)
+	}
+	return nil
+}
+
+// resolveAddrs sets the default suffix and advertised endpoint from the
+// address that the listener bound.
+func (f *serveFlags) resolveAddrs(bound net.Addr) {
+	host, port, _ := net.SplitHostPort(bound.String())
+	hostname, err := os.Hostname()
+	if err != nil || hostname == "" {
+		hostname = "localhost"
+	}
+	if f.suffix == "" {
+		f.suffix = hostname + "-" + port
+	}
+	if f.advertise == "" {
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			host = hostname
+		}
+		f.advertise = net.JoinHostPort(host, port)
+	}
+}
+
+func runServe(ctx context.Context, app Application, f serveFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", f.listen, err)
+	}
+	defer lis.Close()
+	f.resolveAddrs(lis.Addr())
+	if err := allocator.ValidateToken("--suffix", f.suffix, false); err != nil {
+		return UsageError{fmt.Errorf("%w (the default is HOSTNAME-PORT: give --suffix)", err)}
+	}
+
+	if f.dir == "" {
+		if f.dir, err = os.MkdirTemp("", "quire-consumer-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(f.dir)
+	} else if err := os.MkdirAll(f.dir, 0o755); err != nil {
+		return fmt.Errorf("--dir: %w", err)
+	}
+	unlock, err := lockDir(f.dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	etcd, err := dialEtcd(ctx, f.etcd, f.prefix)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	journals, err := client.New(ctx, client.Config{Broker: f.broker, Zone: f.zone})
+	if err != nil {
+		return err
+	}
+	defer journals.Close()
+	srv, err := New(Config{App: app, Etcd: etcd, Journals: journals, Root: f.prefix,
+		Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise, Dir: f.dir, Limit: f.limit,
+		LeaseTTL: f.leaseTTL, Logger: slog.Default()})
+	if err != nil {
+		return UsageError{err}
+	}
+	gs := grpc.NewServer()
+	protocol.RegisterShardServer(gs, srv)
+	if r, ok := app.(Registerer); ok {
+		r.Register(gs, srv)
+	}
+
+	ctx, drain, stop := drainSignals(ctx)
+	defer stop()
+	slog.Info("consumer serving", "process", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),
+		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "broker", f.broker, "dir", f.dir)
+	err = Serve(ctx, drain, srv, gs, lis)
+	switch {
+	case err == nil:
+		slog.Info("consumer drained and stopped")
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		err = errors.New("stopped at once, without draining: its shards fail over when its lease expires")
+	}
+	return err
+}
+
+// Serve serves gs on lis while srv runs (see Server.Run: until ctx is
+// done, or drain is closed and the process has handed its shards to
+// others), then stops gs: gracefully, or at once after a few seconds. A
+// failure to serve gs stops srv and is returned.
+func Serve(ctx context.Context, drain <-chan struct{}, srv *Server, gs *grpc.Server, lis net.Listener) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := gs.Serve(lis); err != nil {
+			cancel(fmt.Errorf("serving gRPC on %s: %w", lis.Addr(), err))
+		}
+	}()
+	err := srv.Run(ctx, drain)
+	stopGRPC(gs, 5*time.Second)
+	<-served
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// stopGRPC stops gs gracefully, or at once after timeout.
+func stopGRPC(gs *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { defer close(done); gs.GracefulStop() }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		gs.Stop()
+		<-done
+	}
+}
+
+// dialEtcd connects to etcd, and checks that it answers.
+func dialEtcd(ctx context.Context, endpoints, prefix string) (*clientv3.Client, error) {
+	var eps []string
+	for _, e := range strings.Split(endpoints, ",") {
+		eps = append(eps, strings.TrimSpace(e))
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.Get(pingCtx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("etcd %s does not answer (is quire dev running?): %w", endpoints, err)
+	}
+	return c, nil
+}
+
+// lockDir takes an exclusive lock on dir: two processes sharing it would
+// remove each other's stores.
+func lockDir(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, "lock")
+	f, err := fileutil.TryLockFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if errors.Is(err, fileutil.ErrLocked) {
+		return nil, UsageError{fmt.Errorf("--dir %s is in use by another consumer process; give each its own", dir)}
+	} else if err != nil {
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// drainSignals turns signals into a server's two ways of stopping: the
+// first SIGTERM or SIGINT closes the returned channel (drain); a second
+// cancels the returned context (exit at once). stop releases the signals.
+func drainSignals(parent context.Context) (ctx context.Context, drain <-chan struct{}, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	drainCh := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case sig := <-sigs:
+			slog.Info("signal received: draining, handing shards to other processes; signal again to exit at once",
+				"signal", sig.String())
+			close(drainCh)
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case sig := <-sigs:
+			slog.Warn("second signal received: exiting at once", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, drainCh, func() {
+		signal.Stop(sigs)
+		cancel()
+		<-done
+	}
+}
