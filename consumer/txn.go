@@ -325,6 +325,13 @@ func (t *txnLoop) commit(ctx context.Context, begin time.Time) error {
 			f.err = fmt.Errorf("committing store: %w", f.err)
 			return
 		}
+		// A recorder that failed (a successor fenced it) may have let
+		// Pebble believe in a sync it did not record: the commit is
+		// durable only if the recorder is still sound after it.
+		if rec := t.sh.recorder; rec != nil && rec.Err() != nil {
+			f.err = fmt.Errorf("committing store: %w", rec.Err())
+			return
+		}
 		if f.err = writeAcks(t.r.ctx, t.sh.publisher, acks); f.err != nil {
 			f.err = fmt.Errorf("writing acknowledgements: %w", f.err)
 		}
