@@ -155,7 +155,12 @@ SIGTERM (or Ctrl-C) drains: the process's shards move to other processes,
 then it exits. A process alone in its fleet has nobody to hand them to, and
 keeps them until a second signal, which exits at once: its shards then fail
 over when its lease expires.`,
-		Args: cobra.NoArgs,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return usagef("serve takes no arguments, got %q", args)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd.Context(), app, f)
 		},

@@ -1,0 +1,261 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/internal/brokertest"
+	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// servedCounter is the counter with a service of its own (gRPC health),
+// and a name.
+type servedCounter struct{ counter }
+
+func (servedCounter) Name() string { return "counting" }
+
+func (servedCounter) Register(gs *grpc.Server, srv *consumer.Server) {
+	grpc_health_v1.RegisterHealthServer(gs, health.NewServer())
+}
+
+// runMain runs the command of Main in-process.
+func runMain(ctx context.Context, app consumer.Application, args ...string) error {
+	cmd := consumer.NewCommand(app)
+	cmd.SetArgs(args)
+	return cmd.ExecuteContext(ctx)
+}
+
+func clearEnv(t *testing.T) {
+	for _, v := range []string{"QUIRE_ETCD", "QUIRE_CONSUMER_PREFIX", "QUIRE_ZONE", "QUIRE_SUFFIX",
+		"QUIRE_LISTEN", "QUIRE_CONSUMER_DIR", "QUIRE_BROKER"} {
+		t.Setenv(v, "")
+	}
+}
+
+func TestServeFlags(t *testing.T) {
+	clearEnv(t)
+	base := []string{"serve", "--prefix", "/quire/consumers/counting/"}
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{args: []string{"--prefix", ""}, want: "--prefix is empty"},
+		{args: []string{"--prefix", "quire/"}, want: `--prefix "quire/"`},
+		{args: []string{"--prefix", "/"}, want: `--prefix "/"`},
+		{args: []string{"--etcd", ""}, want: "--etcd is empty"},
+		{args: []string{"--etcd", "a:1,,b:2"}, want: "an endpoint is empty"},
+		{args: []string{"--zone", "a#b"}, want: "--zone"},
+		{args: []string{"--zone", ""}, want: "--zone is empty"},
+		{args: []string{"--suffix", "a/b"}, want: "--suffix"},
+		{args: []string{"--listen", "7702"}, want: `--listen "7702"`},
+		{args: []string{"--listen", "127.0.0.1:99999"}, want: `--listen "127.0.0.1:99999"`},
+		{args: []string{"--advertise", "host:0"}, want: `--advertise "host:0"`},
+		{args: []string{"--broker", ""}, want: "--broker is empty"},
+		{args: []string{"--broker", "nowhere"}, want: `--broker "nowhere"`},
+		{args: []string{"--limit", "0"}, want: "--limit 0"},
+		{args: []string{"--limit", "many"}, want: `"many"`},
+		{args: []string{"--lease-ttl", "100ms"}, want: "--lease-ttl 100ms"},
+		{args: []string{"--log-level", "loud"}, want: `--log-level "loud"`},
+		{args: []string{"extra"}, want: `no arguments, got ["extra"]`},
+		// Flags fall back to the environment.
+		{env: map[string]string{"QUIRE_CONSUMER_PREFIX": "nope"}, want: `--prefix "nope"`},
+		{env: map[string]string{"QUIRE_BROKER": "nowhere"}, want: `--broker "nowhere"`},
+		{env: map[string]string{"QUIRE_LISTEN": "here"}, want: `--listen "here"`},
+		{env: map[string]string{"QUIRE_ZONE": "a b"}, want: "--zone"},
+		{env: map[string]string{"QUIRE_SUFFIX": "a#b"}, want: "--suffix"},
+		{env: map[string]string{"QUIRE_ETCD": " "}, want: "--etcd is empty"},
+	} {
+		t.Run(strings.Join(tc.args, " ")+mapString(tc.env), func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			args := base
+			if tc.env["QUIRE_CONSUMER_PREFIX"] != "" {
+				args = []string{"serve"}
+			}
+			err := runMain(context.Background(), counter{}, append(args, tc.args...)...)
+			if !errors.As(err, new(consumer.UsageError)) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v, want a usage error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func mapString(m map[string]string) string {
+	var s []string
+	for k, v := range m {
+		s = append(s, k+"="+v)
+	}
+	return strings.Join(s, ",")
+}
+
+func TestServeDefaults(t *testing.T) {
+	clearEnv(t)
+	cmd := consumer.NewCommand(servedCounter{})
+	if cmd.Name() != "counting" {
+		t.Errorf("command named %q, want the application's name", cmd.Name())
+	}
+	serve, _, err := cmd.Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for flag, want := range map[string]string{
+		"prefix": "/quire/consumers/counting/", "etcd": "127.0.0.1:7701", "broker": "127.0.0.1:7700",
+		"zone": "local", "listen": "127.0.0.1:0", "lease-ttl": "10s",
+	} {
+		if got := serve.Flags().Lookup(flag).DefValue; got != want {
+			t.Errorf("--%s defaults to %q, want %q", flag, got, want)
+		}
+	}
+	// Without a name, there is no default prefix.
+	if err := runMain(context.Background(), counter{}, "serve"); err == nil || !strings.Contains(err.Error(), "--prefix is empty") {
+		t.Errorf("serve without a prefix: %v", err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// serve runs a consumer process of the counter (with its own service) as
+// Main's serve command does, answers the Shard service and the
+// application's, and drains on SIGTERM.
+func TestServe(t *testing.T) {
+	clearEnv(t)
+	bc := brokertest.New(t)
+	b := bc.Start("b1")
+	journals := bc.Client(b)
+	root := strings.TrimSuffix(bc.Root, "/") + "-served/"
+	port := freePort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	dir := t.TempDir()
+	t.Setenv("QUIRE_BROKER", b.Endpoint) // Flags fall back to the environment.
+	done := make(chan error, 1)
+	go func() {
+		done <- runMain(context.Background(), servedCounter{}, "serve", "--etcd", etcdtest.Shared(t).Endpoint(),
+			"--prefix", root, "--zone", "z1", "--listen", addr, "--dir", dir, "--lease-ttl", "3s", "--log-level", "warn")
+	}()
+	hostname, _ := os.Hostname()
+	memberKey := allocator.MemberKey(root, "z1", hostname+"-"+strconv.Itoa(port)) // The default suffix.
+	awaitMember(t, bc.Etcd, memberKey, true, done)
+
+	// Another process on the same directory is refused.
+	err := runMain(context.Background(), servedCounter{}, "serve", "--etcd", etcdtest.Shared(t).Endpoint(),
+		"--prefix", root, "--listen", "127.0.0.1:0", "--dir", dir)
+	if !errors.As(err, new(consumer.UsageError)) || !strings.Contains(err.Error(), "in use by another consumer process") {
+		t.Errorf("a second process on %s: %v", dir, err)
+	}
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hc, err := grpc_health_v1.NewHealthClient(conn).Check(ctx, &grpc_health_v1.HealthCheckRequest{})
+	if err != nil || hc.Status != grpc_health_v1.HealthCheckResponse_SERVING {
+		t.Errorf("the application's own service: %v %v", hc, err)
+	}
+
+	// A shard, served by the process.
+	shards := protocol.NewShardClient(conn)
+	spec := &consumer.ShardSpec{ID: "served/shard-0", Sources: []consumer.Source{{Journal: "served/in-0"}},
+		RecoveryLogPrefix: "recovery", HintPrefix: root + "hints/"}
+	bc.Journals(journals, 1, "served/in-0", spec.RecoveryLog())
+	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{
+		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("apply: %v %v", resp, err)
+	}
+	for {
+		list, err := shards.List(ctx, &protocol.ShardListRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Shards) == 1 && list.Shards[0].Status.GetCode() == protocol.ReplicaCode_PRIMARY {
+			if r := list.Shards[0].Replicas; len(r) != 1 || r[0].Endpoint != addr {
+				t.Errorf("replicas %v, want one at %s", r, addr)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("shard not PRIMARY: %v", list)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Alone, the process could not hand its shard to another: delete it,
+	// so that the drain completes.
+	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{
+		Changes: []*protocol.ShardApplyRequest_Change{{Delete: spec.ID, ExpectModRevision: 0}}}); err != nil || resp.Status != protocol.Status_REVISION_MISMATCH {
+		t.Fatalf("delete expecting no shard: %v %v", resp, err)
+	}
+	list, err := shards.List(ctx, &protocol.ShardListRequest{})
+	if err != nil || len(list.Shards) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{
+		{Delete: spec.ID, ExpectModRevision: list.Shards[0].ModRevision}}}); err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("delete: %v %v", resp, err)
+	}
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v after draining, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+	awaitMember(t, bc.Etcd, memberKey, false, nil)
+}
+
+// awaitMember waits until member key exists (or not).
+func awaitMember(t *testing.T, etcd *clientv3.Client, key string, exists bool, done <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := etcd.Get(context.Background(), key)
+		if err == nil && (len(resp.Kvs) == 1) == exists {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member key %s: exists %v, want %v (%v)", key, !exists, exists, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
