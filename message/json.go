@@ -14,12 +14,13 @@ import (
 	"sync/atomic"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // jsonFraming is the framing of JSONLines: each message is one line, its
-// JSON encoding (by encoding/json, which never writes a newline within a
-// value) followed by a newline.
+// JSON encoding followed by a newline (no JSON encoding here writes a
+// newline within a value).
 //
 // The message's UUID is a field of the application's type, by convention
 //
@@ -28,35 +29,54 @@ import (
 // which GetUUID and SetUUID return and set. UUID is an
 // encoding.TextMarshaler, so the field encodes as a JSON string in the
 // canonical text form.
+//
+// Messages encode and decode as encoding/json would, but with the engine
+// of json/v2 (github.com/go-json-experiment/json, the module that became
+// Go's encoding/json/v2) under the options that give encoding/json's
+// semantics (jsonv1.DefaultOptionsV1), which is faster: see jsonType for
+// how the framing keeps to encoding/json's results.
 type jsonFraming struct{}
 
 // Name returns "json".
 func (jsonFraming) Name() string { return "json" }
 
-// jsonEncoder is an Encoder that writes to its own buffer, so that a
-// frame is written whole or not at all.
+// jsonEncoder encodes to its own buffer, so that a frame is written whole
+// or not at all.
 type jsonEncoder struct {
 	buf bytes.Buffer
-	enc *json.Encoder
+	v1  *json.Encoder
+	v2  *jsontext.Encoder
 }
 
 var jsonEncoders = sync.Pool{New: func() any {
 	e := new(jsonEncoder)
-	e.enc = json.NewEncoder(&e.buf)
-	e.enc.SetEscapeHTML(false)
+	e.v1 = json.NewEncoder(&e.buf)
+	e.v1.SetEscapeHTML(false)
+	e.v2 = jsontext.NewEncoder(&e.buf, jsonEncodeOptions)
 	return e
 }}
 
-// Marshal writes m to w as one line of JSON.
+// jsonEncodeOptions are encoding/json's semantics in json/v2, with
+// SetEscapeHTML(false), except that invalid UTF-8 is an error: json/v2
+// would write U+FFFD for it as is, where encoding/json writes \ufffd.
+var jsonEncodeOptions = jsonv2.JoinOptions(
+	jsonv1.DefaultOptionsV1(),
+	jsontext.EscapeForHTML(false),
+	jsontext.AllowInvalidUTF8(false),
+)
+
+// Marshal writes m to w as one line of JSON: the line that encoding/json
+// writes, with SetEscapeHTML(false).
 func (jsonFraming) Marshal(m Message, w *bufio.Writer) error {
 	e := jsonEncoders.Get().(*jsonEncoder)
 	defer func() {
-		if e.buf.Cap() <= 64<<10 { // Keep no huge buffers.
+		// Keep no huge buffers.
+		if e.buf.Cap() <= 64<<10 && cap(e.v2.AvailableBuffer()) <= 64<<10 {
 			e.buf.Reset()
 			jsonEncoders.Put(e)
 		}
 	}()
-	if err := e.enc.Encode(m); err != nil { // Appends the newline.
+	if err := e.encode(m); err != nil {
 		return fmt.Errorf("message: encode %T as JSON: %w", m, err)
 	}
 	if n := e.buf.Len(); n > MaxFrameSize {
@@ -64,6 +84,21 @@ func (jsonFraming) Marshal(m Message, w *bufio.Writer) error {
 	}
 	_, err := w.Write(e.buf.Bytes())
 	return err
+}
+
+// encode writes m's JSON and a newline to e.buf, with json/v2 if it
+// encodes m's type as encoding/json does, else (or if json/v2 fails, as
+// it does on invalid UTF-8) with encoding/json.
+func (e *jsonEncoder) encode(m Message) error {
+	if !jsonTypeOf(m).encodeV1.Load() {
+		err := jsonv2.MarshalEncode(e.v2, m) // Appends the newline.
+		if err == nil {
+			return nil
+		}
+		e.v2.Reset(&e.buf, jsonEncodeOptions) // It may hold part of m.
+		e.buf.Reset()
+	}
+	return e.v1.Encode(m) // Appends the newline.
 }
 
 // Unpack returns the next line of r, its newline included. A line that
@@ -136,25 +171,13 @@ func skipLine(r *bufio.Reader, err error) (int64, error) {
 	return n, err
 }
 
-// Unmarshal decodes the JSON of frame into m, as encoding/json would: as
-// encoding/json does, it leaves the fields of m that frame lacks as they
-// were, matches names case-insensitively, and calls the methods of
-// json.Unmarshaler and encoding.TextUnmarshaler.
-//
-// For speed, it decodes with the engine of json/v2
-// (github.com/go-json-experiment/json) under the options that give
-// encoding/json's semantics (jsonv1.DefaultOptionsV1), less legacy error
-// reporting, whose cost is a full validation pass before decoding. That
-// option only turns into errors what encoding/json tolerates, so where
-// the fast decode succeeds its result is encoding/json's. Where it fails,
-// Unmarshal decodes frame again with encoding/json itself, and returns
-// encoding/json's result and error; if encoding/json succeeds, m's type
-// decodes with encoding/json from then on. Types that json/v2 would
-// decode otherwise than encoding/json (see jsonTypeNeedsV1) always decode
-// with encoding/json.
+// Unmarshal decodes the JSON of frame into m, as encoding/json would: it
+// leaves the fields of m that frame lacks as they were, matches names
+// case-insensitively, and calls the methods of json.Unmarshaler and
+// encoding.TextUnmarshaler. Its errors are those of encoding/json.
 func (jsonFraming) Unmarshal(frame []byte, m Message) error {
 	t := jsonTypeOf(m)
-	if !t.v1.Load() {
+	if !t.decodeV1.Load() {
 		if jsonv2.Unmarshal(frame, m, jsonDecodeOptions) == nil {
 			return nil
 		}
@@ -162,25 +185,41 @@ func (jsonFraming) Unmarshal(frame []byte, m Message) error {
 	if err := json.Unmarshal(frame, m); err != nil {
 		return fmt.Errorf("message: decode JSON frame into %T: %w", m, err)
 	}
-	t.v1.Store(true) // encoding/json decoded what json/v2 did not.
+	t.decodeV1.Store(true) // encoding/json decoded what json/v2 did not.
 	return nil
 }
 
 // jsonDecodeOptions are encoding/json's semantics in json/v2, except for
 // how errors are reported. Without ReportErrorsWithLegacySemantics,
-// json/v2 reports errors rather than ignore them (in malformed struct
-// tags, conflicting field names, names that match several fields
-// case-insensitively, unknown-type values), stops at the first error,
-// wraps the errors of Unmarshal methods, and does not validate the whole
-// input before it decodes.
+// json/v2 does not validate the whole input before it decodes (which
+// costs a fifth of the decode), and it stops at the first error, reports
+// rather than ignores names that match several fields case-insensitively
+// and malformed struct tags, and wraps the errors of UnmarshalJSON
+// methods: it fails in more cases, and decodes the same otherwise.
 var jsonDecodeOptions = jsonv2.JoinOptions(
 	jsonv1.DefaultOptionsV1(),
 	jsonv1.ReportErrorsWithLegacySemantics(false),
 )
 
-// jsonType is what Unmarshal knows of a message type.
+// jsonType is what the framing knows of a message type: whether json/v2
+// encodes and decodes it as encoding/json does.
+//
+// json/v2 under encoding/json's options encodes and decodes as
+// encoding/json does (that is how Go's encoding/json is built under
+// GOEXPERIMENT=jsonv2), except for what json/v2 knows and encoding/json
+// does not: the Number type of encoding/json (json/v2 knows only its own,
+// and takes encoding/json's for a plain string), MarshalJSONTo and
+// UnmarshalJSONFrom methods, and struct tag options of json/v2 (such as
+// embed, case:ignore, format:...). A type that has any of these, in its
+// fields or elements, is marked to use encoding/json (see jsonNeedsV1).
+//
+// Marshal and Unmarshal try json/v2 first, and when it fails, try again
+// with encoding/json, and return its result and error: so errors are
+// always encoding/json's. If encoding/json decodes a frame that json/v2
+// did not, the type is marked to decode with encoding/json from then on.
 type jsonType struct {
-	v1 atomic.Bool // Decode with encoding/json only.
+	encodeV1 atomic.Bool
+	decodeV1 atomic.Bool
 }
 
 // jsonTypes maps the reflect.Type of messages to their *jsonType.
@@ -192,27 +231,29 @@ func jsonTypeOf(m Message) *jsonType {
 		return t.(*jsonType)
 	}
 	t := new(jsonType)
-	t.v1.Store(jsonTypeNeedsV1(rt, make(map[reflect.Type]bool)))
+	t.encodeV1.Store(jsonNeedsV1(rt, false, make(map[reflect.Type]bool)))
+	t.decodeV1.Store(jsonNeedsV1(rt, true, make(map[reflect.Type]bool)))
 	actual, _ := jsonTypes.LoadOrStore(rt, t)
 	return actual.(*jsonType)
 }
 
 var (
-	jsonNumberType       = reflect.TypeFor[json.Number]()
-	jsonUnmarshalerType  = reflect.TypeFor[json.Unmarshaler]()
-	textUnmarshalerType  = reflect.TypeFor[encoding.TextUnmarshaler]()
-	jsonUnmarshalerFromT = reflect.TypeFor[jsonv2.UnmarshalerFrom]()
+	jsonNumberType      = reflect.TypeFor[json.Number]()
+	jsonMarshalerType   = reflect.TypeFor[json.Marshaler]()
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textMarshalerType   = reflect.TypeFor[encoding.TextMarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonMarshalerToType = reflect.TypeFor[jsonv2.MarshalerTo]()
+	jsonUnmarshalerFrom = reflect.TypeFor[jsonv2.UnmarshalerFrom]()
 )
 
-// jsonTypeNeedsV1 tells whether values of t, or of what t decodes into
-// by reflection, would decode differently with json/v2, even under
-// encoding/json's options: encoding/json.Number (json/v2 knows only its
-// own Number type, and takes any string for encoding/json's), types with
-// an UnmarshalJSONFrom method (which json/v2 calls, and encoding/json
-// does not), and struct tags with options that only json/v2 knows (such
-// as embed, case:strict, format:...) or a quoted name. Types found in
+// jsonNeedsV1 tells whether json/v2 might encode (or with decode, decode)
+// values of t otherwise than encoding/json, as jsonType tells. It looks
+// at t and the types of its fields and elements, but not into a type
+// whose methods encoding/json calls (MarshalJSON or MarshalText on the
+// value; UnmarshalJSON or UnmarshalText on the pointer). Types found in
 // seen were looked at already.
-func jsonTypeNeedsV1(t reflect.Type, seen map[reflect.Type]bool) bool {
+func jsonNeedsV1(t reflect.Type, decode bool, seen map[reflect.Type]bool) bool {
 	if seen[t] {
 		return false
 	}
@@ -224,24 +265,33 @@ func jsonTypeNeedsV1(t reflect.Type, seen map[reflect.Type]bool) bool {
 	if t.Kind() != reflect.Pointer {
 		pt = reflect.PointerTo(t)
 	}
-	if pt.Implements(jsonUnmarshalerFromT) {
-		return true
-	}
-	if pt.Implements(jsonUnmarshalerType) || pt.Implements(textUnmarshalerType) {
-		return false // Its method decodes it, the same way in both.
+	if decode {
+		if pt.Implements(jsonUnmarshalerFrom) {
+			return true
+		}
+		if pt.Implements(jsonUnmarshalerType) || pt.Implements(textUnmarshalerType) {
+			return false
+		}
+	} else {
+		if pt.Implements(jsonMarshalerToType) {
+			return true
+		}
+		if t.Implements(jsonMarshalerType) || t.Implements(textMarshalerType) {
+			return false
+		}
 	}
 	switch t.Kind() {
 	case reflect.Pointer, reflect.Slice, reflect.Array:
-		return jsonTypeNeedsV1(t.Elem(), seen)
+		return jsonNeedsV1(t.Elem(), decode, seen)
 	case reflect.Map:
-		return jsonTypeNeedsV1(t.Key(), seen) || jsonTypeNeedsV1(t.Elem(), seen)
+		return jsonNeedsV1(t.Key(), decode, seen) || jsonNeedsV1(t.Elem(), decode, seen)
 	case reflect.Struct:
 		for i := range t.NumField() {
 			f := t.Field(i)
 			if tag, ok := f.Tag.Lookup("json"); ok && !jsonTagIsV1(tag) {
 				return true
 			}
-			if jsonTypeNeedsV1(f.Type, seen) {
+			if jsonNeedsV1(f.Type, decode, seen) {
 				return true
 			}
 		}
@@ -250,8 +300,8 @@ func jsonTypeNeedsV1(t reflect.Type, seen map[reflect.Type]bool) bool {
 }
 
 // jsonTagIsV1 tells whether a json struct tag means the same to
-// encoding/json and json/v2: a plain name, and only options that both
-// know.
+// encoding/json and json/v2: a name that is not quoted, and only options
+// that both know.
 func jsonTagIsV1(tag string) bool {
 	name, opts, _ := strings.Cut(tag, ",")
 	if strings.HasPrefix(name, "'") {

@@ -17,30 +17,33 @@ import (
 // richJSONMessage has fields of most kinds that encoding/json decodes, to
 // compare JSONLines.Unmarshal with encoding/json.
 type richJSONMessage struct {
-	UUID     message.UUID         `json:"uuid"`
-	Name     string               `json:"name"`
-	Count    int64                `json:"count"`
-	Small    int8                 `json:"small,omitempty"`
-	Unsigned uint16               `json:"unsigned"`
-	Ratio    float64              `json:"ratio"`
-	Flag     bool                 `json:"flag"`
-	Quoted   int                  `json:"quoted,string"`
-	QuotedS  string               `json:"quoted_s,string"`
-	Ptr      *string              `json:"ptr"`
-	Bytes    []byte               `json:"bytes"`
-	Array    [3]byte              `json:"array"`
-	Tags     []string             `json:"tags"`
-	Matrix   [][]int              `json:"matrix"`
-	Attrs    map[string]string    `json:"attrs"`
-	ByID     map[int]float32      `json:"by_id"`
-	ByUUID   map[message.UUID]int `json:"by_uuid"`
-	Any      any                  `json:"any"`
-	Raw      json.RawMessage      `json:"raw"`
-	Wait     time.Duration        `json:"wait"`
-	At       time.Time            `json:"at"`
-	Point    *jsonPoint           `json:"point"`
-	Custom   jsonCustom           `json:"custom"`
-	Skipped  string               `json:"-"`
+	UUID     message.UUID                `json:"uuid"`
+	Name     string                      `json:"name"`
+	Count    int64                       `json:"count"`
+	Small    int8                        `json:"small,omitempty"`
+	Unsigned uint16                      `json:"unsigned"`
+	Ratio    float64                     `json:"ratio"`
+	Flag     bool                        `json:"flag"`
+	Quoted   int                         `json:"quoted,string"`
+	QuotedS  string                      `json:"quoted_s,string"`
+	Ptr      *string                     `json:"ptr"`
+	Bytes    []byte                      `json:"bytes"`
+	Array    [3]byte                     `json:"array"`
+	Tags     []string                    `json:"tags"`
+	Matrix   [][]int                     `json:"matrix"`
+	Attrs    map[string]string           `json:"attrs"`
+	ByID     map[int]float32             `json:"by_id"`
+	ByUUID   map[message.UUID]int        `json:"by_uuid"`
+	Any      any                         `json:"any"`
+	Raw      json.RawMessage             `json:"raw"`
+	Wait     time.Duration               `json:"wait"`
+	At       time.Time                   `json:"at"`
+	Point    *jsonPoint                  `json:"point"`
+	Custom   jsonCustom                  `json:"custom"`
+	Pretty   jsonPretty                  `json:"pretty"`
+	PtrM     map[string]jsonPtrMarshaler `json:"ptr_m"`
+	PtrS     []jsonPtrMarshaler          `json:"ptr_s"`
+	Skipped  string                      `json:"-"`
 	Untagged string
 	jsonEmbedded
 	*JSONEmbeddedPtr
@@ -74,6 +77,28 @@ func (c *jsonCustom) UnmarshalJSON(b []byte) error {
 	c.Raw = string(b)
 	c.Calls++
 	return nil
+}
+
+// jsonPretty marshals as indented JSON, which encoding/json compacts.
+type jsonPretty struct {
+	A []int
+}
+
+func (p jsonPretty) MarshalJSON() ([]byte, error) {
+	if p.A == nil {
+		return []byte("null"), nil
+	}
+	return json.MarshalIndent(struct{ A []int }{p.A}, "", "\t")
+}
+
+// jsonPtrMarshaler has MarshalJSON on its pointer, which encoding/json
+// calls only on addressable values (in slices, not in maps).
+type jsonPtrMarshaler struct {
+	S string
+}
+
+func (p *jsonPtrMarshaler) MarshalJSON() ([]byte, error) {
+	return json.Marshal("ptr:" + p.S)
 }
 
 func (m *richJSONMessage) GetUUID() message.UUID                     { return m.UUID }
@@ -334,13 +359,97 @@ func FuzzJSONUnmarshalLikeEncodingJSON(f *testing.F) {
 	})
 }
 
-// marshalJSONLines returns the JSON line of m.
-func marshalJSONLines(t testing.TB, m message.Message) []byte {
-	var buf bytes.Buffer
-	w := bufio.NewWriter(&buf)
-	if err := message.JSONLines.Marshal(m, w); err != nil {
-		t.Fatal(err)
-	}
+// checkJSONMarshalLikeV1 fails unless JSONLines.Marshal writes m as
+// encoding/json's Encoder does with SetEscapeHTML(false), or both fail
+// with the same error.
+func checkJSONMarshalLikeV1(t *testing.T, m message.Message) {
+	t.Helper()
+	var got, want bytes.Buffer
+	w := bufio.NewWriter(&got)
+	err := message.JSONLines.Marshal(m, w)
 	w.Flush()
-	return buf.Bytes()
+	enc := json.NewEncoder(&want)
+	enc.SetEscapeHTML(false)
+	wantErr := enc.Encode(m)
+	switch {
+	case err == nil && wantErr == nil:
+		if !bytes.Equal(got.Bytes(), want.Bytes()) {
+			t.Fatalf("%+v marshalled as\n%q\nencoding/json:\n%q", m, got.Bytes(), want.Bytes())
+		}
+	case err != nil && wantErr != nil:
+		if !strings.HasSuffix(err.Error(), ": "+wantErr.Error()) || got.Len() != 0 {
+			t.Fatalf("%+v: error %q, encoding/json's %q; wrote %q", m, err, wantErr, got.Bytes())
+		}
+	default:
+		t.Fatalf("%+v: error %v, encoding/json's %v", m, err, wantErr)
+	}
+}
+
+func TestJSONMarshalLikeEncodingJSON(t *testing.T) {
+	s := "pointed <to> & \u2028"
+	var ms []message.Message
+	for _, frame := range jsonCompatFrames {
+		m := new(richJSONMessage)
+		if json.Unmarshal([]byte(frame), m) == nil {
+			ms = append(ms, m)
+		}
+	}
+	ms = append(ms,
+		new(richJSONMessage),
+		&richJSONMessage{
+			Name:            "html <b>&amp;</b> \u2028\u2029 \x00\x1f\x7f \b\f\n\r\t \"\\ \xff\xfe é 😀",
+			Count:           -1 << 63,
+			Unsigned:        65535,
+			Ratio:           1e21,
+			Quoted:          -5,
+			QuotedS:         "q\"s",
+			Ptr:             &s,
+			Bytes:           []byte{0, 1, 2, 250, 251, 252},
+			Array:           [3]byte{7, 8, 9},
+			Tags:            []string{},
+			Matrix:          [][]int{nil, {}, {1}},
+			Attrs:           map[string]string{"b": "2", "a": "1", "": "empty", "<": "lt"},
+			ByID:            map[int]float32{3: 0.1, -1: 1e-7, 20: 1e20},
+			ByUUID:          map[message.UUID]int{{1}: 1, {}: 0},
+			Any:             map[string]any{"z": []any{1.5, "x", nil, true, map[string]any{}}, "a": float64(1e-9)},
+			Raw:             json.RawMessage(" {\"a\" :\n [1, 2] } "),
+			Wait:            time.Hour + time.Nanosecond,
+			At:              time.Date(2024, 2, 29, 12, 0, 0, 5, time.FixedZone("x", 3600)),
+			Point:           &jsonPoint{X: 1, Y: -2},
+			Custom:          jsonCustom{Raw: "r", Calls: 2},
+			Pretty:          jsonPretty{A: []int{1, 2, 3}},
+			PtrM:            map[string]jsonPtrMarshaler{"k": {S: "in map"}},
+			PtrS:            []jsonPtrMarshaler{{S: "in slice"}},
+			Skipped:         "skipped",
+			Untagged:        "untagged",
+			jsonEmbedded:    jsonEmbedded{Inner: "inner", Shadow: "shadow"},
+			JSONEmbeddedPtr: &JSONEmbeddedPtr{Deep: []int{4}},
+		},
+		&richJSONMessage{Ratio: 1e-7, Small: -128, Any: float64(12345678901234567890)},
+		&richJSONMessage{Ratio: -0.0, Any: []byte("bytes in any")},
+		&richJSONMessage{Raw: json.RawMessage("{bad json")},
+		&richJSONMessage{Any: func() {}},
+		&jsonNumberMessage{N: "12.5e3"},
+		&jsonNumberMessage{N: "not a number"},
+		&jsonV2TagMessage{Name: "n"},
+		&jsonConflictMessage{jsonConflictA: jsonConflictA{X: "a"}, jsonConflictB: jsonConflictB{X: "b"}},
+		&framingJSONMessage{Kind: "k", User: "u", Count: 3, Tags: []string{"t"}},
+		&badJSONMessage{},
+	)
+	for _, m := range ms {
+		checkJSONMarshalLikeV1(t, m)
+	}
+}
+
+func FuzzJSONMarshalLikeEncodingJSON(f *testing.F) {
+	for _, frame := range jsonCompatFrames {
+		f.Add([]byte(frame))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		m := new(richJSONMessage)
+		if json.Unmarshal(frame, m) != nil {
+			return
+		}
+		checkJSONMarshalLikeV1(t, m)
+	})
 }

@@ -61,8 +61,8 @@ func TestJSONTypeNeedsV1(t *testing.T) {
 			A string `json:"a,format:x"`
 		}), true},
 	} {
-		if got := jsonTypeNeedsV1(reflect.TypeOf(c.v), map[reflect.Type]bool{}); got != c.want {
-			t.Errorf("jsonTypeNeedsV1(%T) = %v, want %v", c.v, got, c.want)
+		if got := jsonNeedsV1(reflect.TypeOf(c.v), true, map[reflect.Type]bool{}); got != c.want {
+			t.Errorf("jsonNeedsV1(%T, decode) = %v, want %v", c.v, got, c.want)
 		}
 	}
 }
@@ -96,7 +96,7 @@ func TestJSONFallback(t *testing.T) {
 		if err := JSONLines.Unmarshal([]byte(frame), &m); err != nil {
 			t.Fatalf("%q: %v", frame, err)
 		}
-		if jsonTypeOf(&m).v1.Load() {
+		if jsonTypeOf(&m).decodeV1.Load() {
 			t.Fatalf("%q did not decode on the fast path", frame)
 		}
 	}
@@ -104,7 +104,7 @@ func TestJSONFallback(t *testing.T) {
 	if err := JSONLines.Unmarshal([]byte(`{"name":"x"`), &m); err == nil {
 		t.Fatal("no error for a truncated frame")
 	}
-	if jsonTypeOf(&m).v1.Load() {
+	if jsonTypeOf(&m).decodeV1.Load() {
 		t.Fatal("a malformed frame turned the type to encoding/json")
 	}
 	// NAME matches two fields case-insensitively, and no field exactly:
@@ -113,7 +113,7 @@ func TestJSONFallback(t *testing.T) {
 	if err := JSONLines.Unmarshal([]byte(`{"NAME":"ambiguous"}`), &m); err != nil || m.Name != "ambiguous" || m.Other != "" {
 		t.Fatalf("got %+v, %v", m, err)
 	}
-	if !jsonTypeOf(&m).v1.Load() {
+	if !jsonTypeOf(&m).decodeV1.Load() {
 		t.Fatal("the type did not turn to encoding/json")
 	}
 }
