@@ -43,9 +43,19 @@ func (jsonFraming) Name() string { return "json" }
 // jsonEncoder encodes to its own buffer, so that a frame is written whole
 // or not at all.
 type jsonEncoder struct {
-	buf bytes.Buffer
+	buf jsonBuffer
 	v1  *json.Encoder
 	v2  *jsontext.Encoder
+}
+
+// jsonBuffer is an io.Writer that appends to itself. (The json/v2 Encoder
+// writes to a bytes.Buffer in place, through its AvailableBuffer, which
+// makes it allocate as soon as the bytes.Buffer is reset.)
+type jsonBuffer []byte
+
+func (b *jsonBuffer) Write(p []byte) (int, error) {
+	*b = append(*b, p...)
+	return len(p), nil
 }
 
 var jsonEncoders = sync.Pool{New: func() any {
@@ -70,19 +80,18 @@ var jsonEncodeOptions = jsonv2.JoinOptions(
 func (jsonFraming) Marshal(m Message, w *bufio.Writer) error {
 	e := jsonEncoders.Get().(*jsonEncoder)
 	defer func() {
-		// Keep no huge buffers.
-		if e.buf.Cap() <= 64<<10 && cap(e.v2.AvailableBuffer()) <= 64<<10 {
-			e.buf.Reset()
+		if cap(e.buf) <= 64<<10 { // Keep no huge buffers.
+			e.buf = e.buf[:0]
 			jsonEncoders.Put(e)
 		}
 	}()
 	if err := e.encode(m); err != nil {
 		return fmt.Errorf("message: encode %T as JSON: %w", m, err)
 	}
-	if n := e.buf.Len(); n > MaxFrameSize {
+	if n := len(e.buf); n > MaxFrameSize {
 		return fmt.Errorf("%w: %T encodes as %d bytes of JSON, more than %d", ErrFrameTooLarge, m, n, MaxFrameSize)
 	}
-	_, err := w.Write(e.buf.Bytes())
+	_, err := w.Write(e.buf)
 	return err
 }
 
@@ -96,7 +105,7 @@ func (e *jsonEncoder) encode(m Message) error {
 			return nil
 		}
 		e.v2.Reset(&e.buf, jsonEncodeOptions) // It may hold part of m.
-		e.buf.Reset()
+		e.buf = e.buf[:0]
 	}
 	return e.v1.Encode(m) // Appends the newline.
 }

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"syscall"
 	"testing"
-	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -79,13 +77,4 @@ func BenchmarkJSONCodecs(b *testing.B) {
 		}
 		return message.JSONLines.Marshal(msgs[i], w)
 	})
-}
-
-// cpuTime returns the CPU time that the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
