@@ -82,7 +82,8 @@ func Main(app Application, cmds ...*cobra.Command) {
 // NewCommand returns the command that Main executes: named after the
 // application (Namer) or the binary, with serve, cmds and a persistent
 // --log-level flag (debug, info, warn or error; default info) that sets
-// slog's default logger to text on standard error.
+// slog's default logger to text on standard error. Errors of flags and of
+// commands' argument checks (cobra.Command.Args) are UsageErrors.
 func NewCommand(app Application, cmds ...*cobra.Command) *cobra.Command {
 	name := filepath.Base(os.Args[0])
 	if n, ok := app.(Namer); ok && n.Name() != "" {
@@ -103,11 +104,37 @@ func NewCommand(app Application, cmds ...*cobra.Command) *cobra.Command {
 			return nil
 		},
 	}
+	root.CompletionOptions.DisableDefaultCmd = true
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return UsageError{err} })
 	root.AddCommand(ServeCommand(app))
 	root.AddCommand(cmds...)
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) != 0 {
+			return fmt.Errorf("unknown command %q for %q", args[0], cmd.Name())
+		}
+		return nil
+	}
+	root.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	usageArgs(root)
 	return root
+}
+
+// usageArgs makes the errors of c's and its subcommands' argument checks
+// usage errors.
+func usageArgs(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			err := check(cmd, args)
+			if err != nil && !errors.As(err, new(UsageError)) {
+				err = UsageError{err}
+			}
+			return err
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
 }
 
 // serveFlags are serve's flags.
@@ -155,12 +182,7 @@ SIGTERM (or Ctrl-C) drains: the process's shards move to other processes,
 then it exits. A process alone in its fleet has nobody to hand them to, and
 keeps them until a second signal, which exits at once: its shards then fail
 over when its lease expires.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 0 {
-				return usagef("serve takes no arguments, got %q", args)
-			}
-			return nil
-		},
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd.Context(), app, f)
 		},

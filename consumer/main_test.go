@@ -73,7 +73,7 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--limit", "many"}, want: `"many"`},
 		{args: []string{"--lease-ttl", "100ms"}, want: "--lease-ttl 100ms"},
 		{args: []string{"--log-level", "loud"}, want: `--log-level "loud"`},
-		{args: []string{"extra"}, want: `no arguments, got ["extra"]`},
+		{args: []string{"extra"}, want: `unknown command "extra"`},
 		// Flags fall back to the environment.
 		{env: map[string]string{"QUIRE_CONSUMER_PREFIX": "nope"}, want: `--prefix "nope"`},
 		{env: map[string]string{"QUIRE_BROKER": "nowhere"}, want: `--broker "nowhere"`},

@@ -1,0 +1,158 @@
+// Command wordcount is the word-count example application of Quire (see
+// package wordcount): `serve` runs a process of it, `publish` publishes
+// words, `query` asks their counts, and `setup` creates its journals and
+// shards (`quire dev` does that, and hosts a process of the application).
+//
+//	go run ./cmd/quire dev                               # in one terminal
+//	echo "a b a" | go run ./examples/wordcount publish   # in another
+//	go run ./examples/wordcount query a b                # a 2, b 1
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/examples/wordcount/wordcount"
+	"github.com/quire-dev/quire/examples/wordcount/wordcountpb"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// DefaultConsumer is where `quire dev` serves the application.
+const DefaultConsumer = "127.0.0.1:7702"
+
+func main() {
+	consumer.Main(wordcount.App{}, commands()...)
+}
+
+func commands() []*cobra.Command {
+	return []*cobra.Command{publishCommand(), queryCommand(), setupCommand()}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func usagef(format string, args ...any) error {
+	return consumer.UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+func publishCommand() *cobra.Command {
+	var broker, selector string
+	cmd := &cobra.Command{
+		Use:   "publish < TEXT",
+		Short: "Publish the words of standard input",
+		Long: `Read lines from standard input, split them into words at white space, and
+publish each word as a message to the word journal its hash maps it to.
+Exit once every word is acknowledged: durable in the journals.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if broker == "" {
+				return usagef("--broker is empty")
+			}
+			journals, err := client.New(cmd.Context(), client.Config{Broker: broker})
+			if err != nil {
+				return err
+			}
+			defer journals.Close()
+			n, err := wordcount.Publish(cmd.Context(), journals, selector, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "published %d words\n", n)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&broker, "broker", envOr("QUIRE_BROKER", consumer.DefaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	cmd.Flags().StringVar(&selector, "selector", wordcount.Selector, "label selector of the word journals")
+	return cmd
+}
+
+func queryCommand() *cobra.Command {
+	var addr string
+	var timeout time.Duration
+	var sync bool
+	cmd := &cobra.Command{
+		Use:   "query WORD...",
+		Short: "Print the counts of words",
+		Long: `Ask a process of the application for the counts of words, and print one
+line per word: WORD COUNT. The process forwards each word to the primary
+of its shard. Unless --sync=false, each count includes every word
+published before the query.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("query: give at least one word")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if addr == "" {
+				return usagef("--consumer is empty")
+			}
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return usagef("--consumer %q: %v", addr, err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			resp, err := wordcountpb.NewWordCountClient(conn).Count(ctx, &wordcountpb.CountRequest{Words: args, Sync: sync})
+			if err != nil {
+				return fmt.Errorf("asking %s: %w", addr, err)
+			}
+			for _, c := range resp.Counts {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %d\n", c.Word, c.Count)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "consumer", envOr("QUIRE_CONSUMER", DefaultConsumer), "host:port of any process of the application (env QUIRE_CONSUMER)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the answer")
+	cmd.Flags().BoolVar(&sync, "sync", true, "wait until the counts include every word published before the query")
+	return cmd
+}
+
+func setupCommand() *cobra.Command {
+	var broker, addr, prefix string
+	var cfg wordcount.SetupConfig
+	cmd := &cobra.Command{
+		Use:   "setup",
+		Short: "Create the application's journals and shards, those that do not exist",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			journals, err := client.New(cmd.Context(), client.Config{Broker: broker})
+			if err != nil {
+				return usagef("--broker %q: %v", broker, err)
+			}
+			defer journals.Close()
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return usagef("--consumer %q: %v", addr, err)
+			}
+			defer conn.Close()
+			cfg.Journals, cfg.Shards, cfg.Root = journals, protocol.NewShardClient(conn), prefix
+			created, err := wordcount.Setup(cmd.Context(), cfg)
+			for _, c := range created {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: created\n", c)
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&broker, "broker", envOr("QUIRE_BROKER", consumer.DefaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	fl.StringVar(&addr, "consumer", envOr("QUIRE_CONSUMER", DefaultConsumer), "host:port of any process of the application (env QUIRE_CONSUMER)")
+	fl.StringVar(&prefix, "prefix", envOr("QUIRE_CONSUMER_PREFIX", "/quire/consumers/wordcount/"), "the application's key prefix in etcd, as its processes' --prefix (env QUIRE_CONSUMER_PREFIX)")
+	fl.Int32Var(&cfg.Replication, "replication", 1, "replication of the journals")
+	fl.IntVar(&cfg.HotStandbys, "hot-standbys", 0, "hot standbys of each shard")
+	return cmd
+}

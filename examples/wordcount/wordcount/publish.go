@@ -1,0 +1,78 @@
+package wordcount
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/message"
+)
+
+// Publish reads lines from r, splits them into words at white space, and
+// publishes each word as a committed message to the journal that
+// message.ModuloMapping maps it to among the journals selector selects
+// (Selector, normally): a word always goes to the same journal, so one
+// shard counts it. It returns the number of words published, once every
+// one is acknowledged (durable in the journals).
+func Publish(ctx context.Context, journals *client.Client, selector string, r io.Reader) (int, error) {
+	parts, err := message.NewPartitions(ctx, journals, selector, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer parts.Close()
+	mapping := message.ModuloMapping(func(m message.Message) []byte { return []byte(m.(*Word).Word) }, parts)
+	appender := journals.NewAppender(ctx, client.AppenderConfig{})
+	defer appender.Close()
+	pub := message.NewPublisher(appender, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))
+
+	var pending []*client.AppendHandle
+	wait := func() error {
+		for _, h := range pending {
+			if _, err := h.Wait(ctx); err != nil {
+				return fmt.Errorf("publishing: %w", err)
+			}
+		}
+		pending = pending[:0]
+		return nil
+	}
+	n := 0
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		for _, w := range strings.Fields(sc.Text()) {
+			m := &Word{Word: w}
+			journal, err := mapping(m)
+			if err != nil {
+				return n, err
+			}
+			h, err := pub.PublishCommitted(ctx, journal, m)
+			if err != nil {
+				return n, fmt.Errorf("publishing %q to %s: %w", w, journal, err)
+			}
+			n++
+			pending = append(pending, h)
+			if len(pending) >= 4096 {
+				if err := wait(); err != nil {
+					return n, err
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return n, fmt.Errorf("reading words: %w", err)
+	}
+	return n, wait()
+}
+
+// partitionOf is the journal of journals (sorted) that holds word: the
+// hash of message.ModuloMapping, over the journals that the shards read.
+func partitionOf(word string, journals []string) string {
+	h := fnv.New32a()
+	h.Write([]byte(word))
+	return journals[h.Sum32()%uint32(len(journals))]
+}
