@@ -26,6 +26,7 @@ Start here:
 Commands available in this build:
   quire journals         list, apply, edit and delete journals' specs;
                          append to and read journals; list their fragments
+  quire shards           list and change shards; recover and prune their logs
   quire broker serve     run a broker (drains on SIGTERM)
   quire bench            measure append and read throughput of a cluster
   quire allocator plan   show what the allocator would assign, for a scenario
@@ -47,7 +48,7 @@ Commands available in this build:
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand(), newDevCommand(), newJournalsCommand(), newBrokerCommand(),
-		newBenchCommand(), newAllocatorCommand())
+		newBenchCommand(), newAllocatorCommand(), newShardsCommand())
 	return root
 }
 
