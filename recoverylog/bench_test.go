@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -34,6 +36,14 @@ func writeHeavy(b *testing.B, db *pebble.DB, rng *rand.Rand, n int) {
 	}
 }
 
+// cpuTime returns the CPU time used by the process so far (the brokers
+// and etcd of the benchmarks run in it too).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 var benchSpools = flag.String("bench.spools", "", "directory for the brokers' spools in benchmarks (e.g. /dev/shm)")
 
 func benchOptions(fs vfs.FS) *pebble.Options {
@@ -41,7 +51,10 @@ func benchOptions(fs vfs.FS) *pebble.Options {
 }
 
 // BenchmarkPebbleWrites compares Pebble's write throughput on a local
-// directory with and without recording (one broker, replication 1).
+// directory with and without recording (one broker, replication 1). It
+// reports the CPU time of the process per batch (Pebble's, and the
+// broker's and client's when recorded: on a busy machine, throughput
+// follows it), and for the recorder its appends and log bytes per batch.
 //
 // With -bench.spools=/dev/shm the broker keeps its spools in memory, off
 // the disk Pebble syncs to, as a broker on another machine would; on a
@@ -75,9 +88,18 @@ func BenchmarkPebbleWrites(b *testing.B) {
 			}
 			defer db.Close()
 			b.SetBytes(100 * (1024 + 12))
+			cpu := cpuTime()
 			b.ResetTimer()
 			writeHeavy(b, db, rand.New(rand.NewPCG(1, 2)), b.N)
 			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+			if rec, ok := fs.(*Recorder); ok {
+				rec.mu.Lock()
+				st := rec.stats
+				rec.mu.Unlock()
+				b.ReportMetric(float64(st.flights)/float64(b.N), "appends/op")
+				b.ReportMetric(float64(st.bytes)/float64(b.N), "log-B/op")
+			}
 		})
 	}
 }

@@ -33,16 +33,30 @@
 //
 // # Durability
 //
-// Ops are buffered in memory and appended to the journal, in order and in
-// one append per group, when Pebble syncs any file or directory (Sync,
-// SyncData or SyncTo; Pebble's WAL syncs with SyncData), or when the
-// buffer exceeds RecorderConfig.MaxBuffer. A sync returns to Pebble only
-// once the append has committed on every replica of the journal. So what
-// Pebble believes durable (a synced WAL write, a synced MANIFEST edit) is
-// in the log; writes not yet synced may be lost, as they would be in a
-// crash of the local disk. Playback reproduces the directory as of the
-// last append, and Pebble's own recovery (it reads the WAL up to its last
-// whole record) does the rest.
+// Ops are buffered in memory and appended to the journal, in order, when
+// Pebble syncs any file or directory (Sync or SyncData; Pebble's WAL
+// syncs with SyncData), or when the buffer exceeds
+// RecorderConfig.MaxBuffer. A sync returns to Pebble only once every op
+// recorded before it has committed on every replica of the journal. So
+// what Pebble believes durable (a synced WAL write, a synced MANIFEST
+// edit) is in the log; writes not yet synced may be lost, as they would
+// be in a crash of the local disk. Playback reproduces the directory as
+// of the last append, and Pebble's own recovery (it reads the WAL up to
+// its last whole record) does the rest. SyncTo, which promises nothing
+// durable unless it reports a full sync, only starts the append.
+//
+// The log, not the local disk, makes the directory durable: syncs do not
+// fsync the local files. A directory whose machine crashed is never used
+// again (a recorder starts only from a player's directory, and a player
+// from an empty one); after a crash of the process alone, the machine's
+// page cache still holds every file.
+//
+// One append is in flight at a time; the ops recorded meanwhile go
+// together in the next (a group commit). Every append requires the
+// log's write head to be where the recorder's previous append ended: the
+// log always holds a prefix of the recorder's ops, never a gap, and a
+// retried append that had committed after all is refused rather than
+// written twice (the recorder then stops, as it cannot know).
 //
 // What Pebble does that the recorder rejects or simplifies:
 // ReuseForWrite (WAL recycling, which Pebble cannot disable) creates a
@@ -108,7 +122,9 @@
 // (so the recorder knows every op before its own) and sets the journal's
 // register author=ID. Every later append requires author=ID. Once another
 // recorder has taken over, the deposed one's next append is refused
-// (client.ErrRegisterMismatch) and leaves nothing in the log; from then on
+// (client.ErrRegisterMismatch, or, if the successor has appended already,
+// client.ErrWrongAppendOffset, after which the recorder checks the
+// register) and leaves nothing in the log; from then on
 // every file operation of the deposed recorder fails with an error
 // wrapping ErrFenced, which Pebble surfaces. A recorder whose append
 // failed otherwise (ErrRecorderFailed) stops the same way: whether the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,11 +74,8 @@ type Recorder struct {
 	base vfs.FS
 	root string // Absolute and clean.
 
-	mu      sync.Mutex
-	fsm     *FSM   // The state with every op recorded, appended or pending.
-	pending []byte // Frames not yet appended; they end at fsm.Offset.
-	spare   []byte
-	err     error // Sticky: set by the first failed append.
+	mu  sync.Mutex
+	fsm *FSM // The state with every op recorded, appended or pending.
 	// small holds the content of live nodes of at most HintInlineMax
 	// bytes, for Hints.
 	small map[uint64][]byte
@@ -85,7 +83,20 @@ type Recorder struct {
 	// without any is sealed.
 	writers map[uint64]int
 
-	appendMu sync.Mutex // Held while appending, so appends are in order.
+	// The frames of the ops recorded form one stream, appended to the log
+	// in order by flights (see fly). Guarded by mu.
+	pending   [][]byte  // Frames not yet in a flight, in chunks; they end at fsm.Offset.
+	sent      int64     // Log offset where pending begins: the end of the last flight.
+	committed int64     // Log offset up to which flights have committed.
+	want      int64     // Log offset up to which a sync waits for flights.
+	flights   []*flight // In flight, in log order.
+	spares    [][]byte  // Buffers of landed flights, for new chunks.
+	err       error     // Sticky: set by the first failed append.
+	landed    sync.Cond // Broadcast when committed or err change, on mu.
+	stats     struct{ flights, peak, resent, bytes int64 }
+	// maxFlights and chunkMax: those of the package when the recorder
+	// was made.
+	maxFlights, chunkMax int
 }
 
 var _ vfs.FS = (*Recorder)(nil)
@@ -102,6 +113,8 @@ func NewRecorder(ctx context.Context, cfg RecorderConfig) (*Recorder, error) {
 		return nil, err
 	}
 	r := &Recorder{cfg: cfg, base: cfg.Base, fsm: NewFSM(0), small: map[uint64][]byte{}, writers: map[uint64]int{}}
+	r.landed.L = &r.mu
+	r.maxFlights, r.chunkMax = maxFlights, chunkMax
 	if r.base == nil {
 		r.base = vfs.Default
 	}
@@ -186,6 +199,7 @@ func (r *Recorder) takeOver(ctx context.Context) error {
 		return fmt.Errorf("recoverylog: recorder %q taking over log %q at offset %d: %w",
 			r.cfg.Author, r.cfg.Journal, head, err)
 	}
+	r.sent, r.committed, r.want = head, head, head
 	return nil
 }
 
@@ -234,10 +248,11 @@ func (r *Recorder) record(op *Op) error {
 	if op.Kind == KindCreate {
 		op.Node = op.Seq
 	}
-	n, begin := len(r.pending), r.fsm.Offset
-	r.pending = AppendOp(r.pending, op)
-	if err := r.fsm.Apply(op, begin, begin+int64(len(r.pending)-n)); err != nil {
-		r.pending = r.pending[:n]
+	chunk := r.chunk()
+	n, begin := len(*chunk), r.fsm.Offset
+	*chunk = AppendOp(*chunk, op)
+	if err := r.fsm.Apply(op, begin, begin+int64(len(*chunk)-n)); err != nil {
+		*chunk = (*chunk)[:n]
 		// The directory and the state disagree: a bug, or a file changed
 		// behind the recorder's back. Nothing more can be recorded safely.
 		r.err = fmt.Errorf("%w: recorder %q: %w", ErrRecorderFailed, r.cfg.Author, err)
@@ -261,58 +276,202 @@ func (r *Recorder) record(op *Op) error {
 			}
 		}
 	}
+	r.kick()
 	return nil
 }
 
-// full reports whether pending ops should be appended without waiting
-// for a sync. r.mu is held.
-func (r *Recorder) full() bool { return len(r.pending) >= r.cfg.MaxBuffer }
+// Appending. The frames of the recorded ops form one stream, which the
+// recorder appends to the log in order, in flights: appends of chunks of
+// the stream (whole frames). A sync waits for the flights up to its own
+// ops; the ops recorded meanwhile wait for a free flight, then go
+// together in the next (group commit). Every flight requires the log's
+// write head to be where the flight before it ends (AppendRequest.Offset)
+// and the author register to name the recorder: the broker refuses,
+// leaving nothing, an append that does not follow its predecessor or that
+// a successor recorder has fenced, so the log always holds a prefix of
+// the stream, and a retry of an append that had committed after all
+// cannot append it twice.
+//
+// With more than one flight at once (maxFlights), a flight may reach the
+// broker before the one ahead of it (appends are separate streams, and
+// the broker sequences them as their handlers run): it is refused for its
+// offset, and sent again once the ones ahead of it have committed.
 
-// flush appends the pending ops, if any, in one append.
-func (r *Recorder) flush() error {
-	r.appendMu.Lock()
-	defer r.appendMu.Unlock()
-	r.mu.Lock()
-	data, end, err := r.pending, r.fsm.Offset, r.err
-	r.pending = r.spare[:0]
-	r.spare = nil
-	r.mu.Unlock()
-	if err != nil || len(data) == 0 {
-		return err
+// Knobs of the appends: variables, for tests.
+var (
+	// maxFlights is how many appends are in flight at once. One: a second
+	// append in flight overtakes the first about half the time on a busy
+	// machine, and the retries cost more than the overlap saves.
+	maxFlights = 1
+	// chunkMax is the size past which the recorder starts a new chunk of
+	// the stream, so the most a flight carries (but one frame).
+	chunkMax = 1 << 20
+)
+
+// flight is one append of a chunk of the stream, [begin, end) of the log.
+type flight struct {
+	data       []byte
+	begin, end int64
+	// raced: it was sent while another flight was ahead of it, which it
+	// may have overtaken on its way to the broker.
+	raced bool
+	done  bool  // Guarded by Recorder.mu, with err.
+	err   error // Of a done flight.
+}
+
+// errOvertaken marks the refusal of a raced flight for its offset: it may
+// have reached the broker before the flight ahead of it.
+var errOvertaken = errors.New("append reached the broker before the one ahead of it")
+
+// chunk returns the chunk of the stream to add frames to. r.mu is held.
+func (r *Recorder) chunk() *[]byte {
+	if k := len(r.pending) - 1; k >= 0 && len(r.pending[k]) < r.chunkMax {
+		return &r.pending[k]
 	}
-	err = r.append(data, end-int64(len(data)))
+	var b []byte
+	if k := len(r.spares) - 1; k >= 0 {
+		b, r.spares = r.spares[k], r.spares[:k]
+	}
+	r.pending = append(r.pending, b)
+	return &r.pending[len(r.pending)-1]
+}
+
+// backlog returns the length of the stream not yet in a flight. r.mu is
+// held.
+func (r *Recorder) backlog() int64 { return r.fsm.Offset - r.sent }
+
+// kick starts flights of pending chunks while a flight is free and ops
+// are pending that a sync waits for, or more than MaxBuffer bytes of
+// them. r.mu is held.
+func (r *Recorder) kick() {
+	for r.err == nil && len(r.flights) < r.maxFlights && r.sent < r.fsm.Offset &&
+		(r.sent < r.want || r.backlog() >= int64(r.cfg.MaxBuffer)) {
+		data := r.pending[0]
+		r.pending = slices.Delete(r.pending, 0, 1)
+		if len(data) == 0 {
+			continue
+		}
+		f := &flight{data: data, begin: r.sent, end: r.sent + int64(len(data)), raced: len(r.flights) > 0}
+		r.sent = f.end
+		r.flights = append(r.flights, f)
+		r.stats.flights++
+		r.stats.bytes += int64(len(data))
+		r.stats.peak = max(r.stats.peak, int64(len(r.flights)))
+		go r.fly(f)
+	}
+}
+
+// fly appends f and lands it.
+func (r *Recorder) fly(f *flight) {
+	err := r.append(f)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err != nil {
-		if r.err == nil {
-			r.err = err
-		}
-		return r.err
-	}
-	r.spare = data[:0]
-	return nil
+	f.done, f.err = true, err
+	r.land()
 }
 
-// append appends data, which must land at offset begin of the log.
-func (r *Recorder) append(data []byte, begin int64) error {
+// land takes the done flights at the head, in order: it advances
+// r.committed past those that committed, sends again one that was
+// overtaken, and otherwise stops the recorder with the first failure.
+// Then it starts the next flights. r.mu is held.
+func (r *Recorder) land() {
+	for len(r.flights) > 0 && r.flights[0].done {
+		f := r.flights[0]
+		if r.err == nil && errors.Is(f.err, errOvertaken) {
+			// The flights ahead of it have committed: send it again.
+			r.stats.resent++
+			f.raced, f.done, f.err = false, false, nil
+			go r.fly(f)
+			break
+		}
+		r.flights = slices.Delete(r.flights, 0, 1)
+		switch {
+		case r.err != nil: // Stopped: what lands after is moot.
+		case f.err != nil:
+			r.err = f.err
+		default:
+			r.committed = f.end
+			if cap(f.data) <= 2*r.chunkMax && len(r.spares) < 2*r.maxFlights {
+				r.spares = append(r.spares, f.data[:0])
+			}
+		}
+	}
+	r.kick()
+	r.landed.Broadcast()
+}
+
+// startSync has the ops recorded so far appended, and returns the log
+// offset they end at, for wait.
+func (r *Recorder) startSync() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	end := r.fsm.Offset
+	r.want = max(r.want, end)
+	r.kick()
+	return end
+}
+
+// wait returns once the log holds the ops up to end, or the recorder has
+// failed.
+func (r *Recorder) wait(end int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.err == nil && r.committed < end {
+		r.landed.Wait()
+	}
+	return r.err
+}
+
+// flush appends every op recorded so far.
+func (r *Recorder) flush() error { return r.wait(r.startSync()) }
+
+// append appends f's chunk, which must land at f.begin, after every op
+// of the recorder before it, and while the log's author is the recorder.
+func (r *Recorder) append(f *flight) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AppendTimeout)
 	defer cancel()
+	begin := f.begin
 	commit, err := r.cfg.Client.Append(ctx, client.AppendRequest{
 		Journal:        r.cfg.Journal,
-		CheckRegisters: AuthorRegister + "=" + r.cfg.Author,
-	}, bytes.NewReader(data))
+		Offset:         &begin,
+		CheckRegisters: r.check(),
+	}, bytes.NewReader(f.data))
+	wrong := errors.Is(err, client.ErrWrongAppendOffset)
+	switch {
+	case wrong && f.raced:
+		return fmt.Errorf("%w: %w", errOvertaken, err)
+	case wrong:
+		// Did another recorder take over? It appended after it did.
+		if perr := r.probe(); errors.Is(perr, client.ErrRegisterMismatch) {
+			err = perr
+		}
+	}
 	switch {
 	case errors.Is(err, client.ErrRegisterMismatch):
 		return fmt.Errorf("%w: recorder %q: append of %d bytes for log offset %d refused: %w",
-			ErrFenced, r.cfg.Author, len(data), begin, err)
+			ErrFenced, r.cfg.Author, len(f.data), begin, err)
+	case wrong:
+		return fmt.Errorf("%w: recorder %q: append of %d bytes for log offset %d: the log's write head is elsewhere: it holds content this recorder did not write, or an attempt of this append that was thought to have failed: %w",
+			ErrRecorderFailed, r.cfg.Author, len(f.data), begin, err)
 	case err != nil:
 		return fmt.Errorf("%w: recorder %q: append of %d bytes for log offset %d: %w",
-			ErrRecorderFailed, r.cfg.Author, len(data), begin, err)
+			ErrRecorderFailed, r.cfg.Author, len(f.data), begin, err)
 	case commit.GetBegin() != begin:
 		return fmt.Errorf("%w: recorder %q: append of %d bytes committed at log offset %d, expected %d: the log holds content this recorder did not write",
-			ErrRecorderFailed, r.cfg.Author, len(data), commit.GetBegin(), begin)
+			ErrRecorderFailed, r.cfg.Author, len(f.data), commit.GetBegin(), begin)
 	}
 	return nil
+}
+
+// check is the register selector of the recorder's appends.
+func (r *Recorder) check() string { return AuthorRegister + "=" + r.cfg.Author }
+
+// probe makes an empty append that checks the author register only.
+func (r *Recorder) probe() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AppendTimeout)
+	defer cancel()
+	_, err := r.cfg.Client.Append(ctx, client.AppendRequest{Journal: r.cfg.Journal, CheckRegisters: r.check()}, nil)
+	return err
 }
 
 // failed returns the recorder's sticky error.
@@ -401,7 +560,7 @@ func (r *Recorder) recordWrite(node uint64, data []byte) error {
 		return nil
 	}
 	for len(data) > 0 {
-		chunk := data[:min(len(data), maxWriteData)]
+		chunk := data[:min(len(data), maxWriteData, r.chunkMax)]
 		if err := r.record(&Op{Kind: KindWrite, Node: node, Offset: n.Length, Data: chunk}); err != nil {
 			return err
 		}
@@ -572,37 +731,26 @@ func (r *Recorder) GetDiskUsage(path string) (vfs.DiskUsage, error) { return r.b
 // Unwrap returns the base FS.
 func (r *Recorder) Unwrap() vfs.FS { return r.base }
 
-// syncedFile is a file (or directory) whose syncs also append the pending
-// ops of every file. The local sync and the append run concurrently; both
-// are done when a sync returns.
+// syncedFile is a file (or directory) whose syncs append the pending ops
+// of every file, and wait for them to commit. They do not sync the local
+// file system: the log is what makes the directory durable (a directory
+// whose machine crashed is rebuilt by a player, never reused), and a
+// local fsync would only add its latency, and the disk's work, to every
+// sync.
 type syncedFile struct {
 	vfs.File
 	r *Recorder
 }
 
-// alongside runs the local sync and the flush concurrently and returns
-// the first error.
-func (f *syncedFile) alongside(local func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- f.r.flush() }()
-	err := local()
-	if ferr := <-done; err == nil {
-		err = ferr
-	}
-	return err
-}
+func (f *syncedFile) Sync() error     { return f.r.flush() }
+func (f *syncedFile) SyncData() error { return f.r.flush() }
 
-func (f *syncedFile) Sync() error     { return f.alongside(f.File.Sync) }
-func (f *syncedFile) SyncData() error { return f.alongside(f.File.SyncData) }
-
-// SyncTo appends the pending ops too: the log then holds the whole file.
+// SyncTo starts appending the pending ops, and returns without waiting:
+// fullSync false promises nothing durable (Pebble syncs a file before it
+// relies on it, and calls SyncTo meanwhile to spread the work).
 func (f *syncedFile) SyncTo(length int64) (bool, error) {
-	var full bool
-	err := f.alongside(func() (err error) {
-		full, err = f.File.SyncTo(length)
-		return err
-	})
-	return full, err
+	f.r.startSync()
+	return false, f.r.failed()
 }
 
 // recordedFile is a file of the directory opened for writing.
@@ -647,15 +795,19 @@ func (f *recordedFile) WriteAt(p []byte, off int64) (int, error) {
 	return w, err
 }
 
+// recordWrite records p, then waits while more than MaxBuffer bytes of
+// ops are pending.
 func (f *recordedFile) recordWrite(p []byte) error {
-	f.r.mu.Lock()
-	err := f.r.recordWrite(f.node, p)
-	full := f.r.full()
-	f.r.mu.Unlock()
-	if err == nil && full {
-		err = f.r.flush()
+	r := f.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.recordWrite(f.node, p); err != nil {
+		return err
 	}
-	return err
+	for r.err == nil && r.backlog() >= int64(r.cfg.MaxBuffer) {
+		r.landed.Wait()
+	}
+	return r.err
 }
 
 // Close closes the file; once no handle writes its node, the node is

@@ -1,0 +1,159 @@
+package recoverylog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/labels"
+)
+
+// smallFlights makes the recorder cut its stream into tiny chunks, with
+// many appends in flight, for the test.
+func smallFlights(t *testing.T, chunk, flights int) {
+	oldChunk, oldFlights := chunkMax, maxFlights
+	chunkMax, maxFlights = chunk, flights
+	t.Cleanup(func() { chunkMax, maxFlights = oldChunk, oldFlights })
+}
+
+// scribble writes random pieces to a new file of dir, syncing now and
+// then, until it has written size bytes or stop is closed; it returns the
+// content written and the first error.
+func scribble(fs vfs.FS, dir, name string, seed uint64, size int, stop <-chan struct{}) ([]byte, error) {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	f, err := fs.Create(filepath.Join(dir, name), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var content []byte
+	for len(content) < size {
+		select {
+		case <-stop:
+			return content, nil
+		default:
+		}
+		p := make([]byte, 1+rng.IntN(3000))
+		for i := range p {
+			p[i] = byte(rng.Uint32())
+		}
+		if _, err := f.Write(p); err != nil {
+			return content, err
+		}
+		content = append(content, p...)
+		if rng.IntN(4) == 0 {
+			if err := f.SyncData(); err != nil {
+				return content, err
+			}
+		}
+	}
+	return content, f.Sync()
+}
+
+// TestPipelinedAppends records concurrent writers and syncs through many
+// small appends in flight at once, some of which reach the broker before
+// the ones ahead of them: the log holds every op, in order.
+func TestPipelinedAppends(t *testing.T) {
+	smallFlights(t, 512, 4)
+	const journal = "recovery/pipelined"
+	cl := cluster(t, journal)
+	dir := t.TempDir()
+	rec := newRecorder(t, cl, journal, dir, "pipelined", nil)
+
+	const writers = 6
+	contents := make([][]byte, writers)
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			contents[i], errs[i] = scribble(rec, dir, fmt.Sprintf("file-%d", i), uint64(i), 200<<10, nil)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+	if err := rec.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	stats := rec.stats
+	rec.mu.Unlock()
+	t.Logf("%d flights, at most %d at once, %d sent again", stats.flights, stats.peak, stats.resent)
+	if stats.peak < 2 {
+		t.Errorf("at most %d flight at once: the test did not pipeline", stats.peak)
+	}
+
+	played, p := play(t, cl, journal)
+	if got, want := p.FSM().Offset, rec.FSM().Offset; got != want {
+		t.Fatalf("played to offset %d, want %d", got, want)
+	}
+	for i, want := range contents {
+		got, err := os.ReadFile(filepath.Join(played, fmt.Sprintf("file-%d", i)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("played file-%d: %d bytes (%v), want %d bytes as written", i, len(got), err, len(want))
+		}
+	}
+}
+
+// TestFencingWhilePipelined takes over a log while its recorder has
+// appends in flight: none of the deposed recorder's appends lands after
+// the takeover, and its writers fail with ErrFenced.
+func TestFencingWhilePipelined(t *testing.T) {
+	smallFlights(t, 512, 4)
+	const journal = "recovery/fencing-pipelined"
+	cl := cluster(t, journal)
+	dirA := t.TempDir()
+	a := newRecorder(t, cl, journal, dirA, "recorder-a", nil)
+
+	const writers = 4
+	stop := make(chan struct{})
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			_, errs[i] = scribble(a, dirA, fmt.Sprintf("file-%d", i), uint64(i), 1<<30, stop)
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	// Take over as a successor does, but at whatever offset the log is
+	// (a successor plays the log to its head first).
+	commit, err := cl.Append(testContext(t), client.AppendRequest{Journal: journal,
+		Subtract: labels.Set{{Name: AuthorRegister}}, Union: labels.Set{{Name: AuthorRegister, Value: "recorder-b"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeover := commit.GetEnd()
+	// A's writers fail, fenced, soon.
+	timer := time.AfterFunc(30*time.Second, func() { close(stop) })
+	wg.Wait()
+	timer.Stop()
+	for i, err := range errs {
+		if !errors.Is(err, ErrFenced) {
+			t.Errorf("A's writer %d: %v, want ErrFenced", i, err)
+		}
+	}
+	if err := writeFile(a, filepath.Join(dirA, "late"), "x", true); !errors.Is(err, ErrFenced) {
+		t.Fatalf("A's write after it was fenced: %v, want ErrFenced", err)
+	}
+	// Nothing of A after the takeover; what it appended before plays.
+	ops, offsets := readOps(t, cl, journal)
+	if k := len(ops) - 1; k >= 0 && offsets[k] >= takeover {
+		t.Fatalf("op at offset %d after the takeover at %d: %v", offsets[k], takeover, &ops[k])
+	}
+	if _, p := play(t, cl, journal); p.FSM().Offset != takeover {
+		t.Fatalf("played to offset %d, want %d", p.FSM().Offset, takeover)
+	}
+}
