@@ -86,18 +86,22 @@ func (quietPebble) Fatalf(f string, a ...any) {
 
 // cluster is 3 brokers and a consumer fleet of the counter.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB
 	brokers  *brokertest.Cluster
 	journals *client.Client
 	fleet    *consumertest.Fleet
 	root     string
 }
 
-func newCluster(t *testing.T, app consumer.Application) *cluster {
+func newCluster(t *testing.T, app consumer.Application) *cluster { return newClusterTB(t, app, 3) }
+
+// newClusterTB starts n brokers and an empty fleet.
+func newClusterTB(t testing.TB, app consumer.Application, n int) *cluster {
 	bc := brokertest.New(t)
 	b := bc.Start("b1")
-	bc.Start("b2")
-	bc.Start("b3")
+	for i := 2; i <= n; i++ {
+		bc.Start(fmt.Sprintf("b%d", i))
+	}
 	cl := bc.Client(b)
 	root := strings.TrimSuffix(bc.Root, "/") + "-consumers/"
 	return &cluster{t: t, brokers: bc, journals: cl, root: root,
@@ -116,27 +120,34 @@ func (c *cluster) shardSpec(id string, standbys int, sources ...string) *consume
 
 // apply creates shard specs and their journals (sources and recovery
 // logs, replication 3).
-func (c *cluster) apply(specs ...*consumer.ShardSpec) {
+func (c *cluster) apply(specs ...*consumer.ShardSpec) { c.applyR(3, specs...) }
+
+// applyR creates shard specs, and their journals with replication r.
+func (c *cluster) applyR(r int32, specs ...*consumer.ShardSpec) {
 	c.t.Helper()
 	var journals []string
-	req := &protocol.ShardApplyRequest{}
 	for _, s := range specs {
 		for _, src := range s.Sources {
 			journals = append(journals, src.Journal)
 		}
 		journals = append(journals, s.RecoveryLog())
+	}
+	c.brokers.Journals(c.journals, r, journals...)
+	c.applySpecs(specs...)
+}
+
+// applySpecs creates shard specs.
+func (c *cluster) applySpecs(specs ...*consumer.ShardSpec) {
+	c.t.Helper()
+	req := &protocol.ShardApplyRequest{}
+	for _, s := range specs {
 		raw, err := consumer.MarshalShardSpec(s.WithDefaults())
 		if err != nil {
 			c.t.Fatal(err)
 		}
 		req.Changes = append(req.Changes, &protocol.ShardApplyRequest_Change{Upsert: raw})
 	}
-	c.brokers.Journals(c.journals, 3, journals...)
-	var p *consumertest.Process
-	for _, p = range c.fleet.Procs {
-		break
-	}
-	resp, err := c.fleet.Client(p).Apply(context.Background(), req)
+	resp, err := c.shardClient().Apply(context.Background(), req)
 	if err != nil || resp.Status != protocol.Status_OK {
 		c.t.Fatalf("applying shards: %v %v", resp, err)
 	}
@@ -157,7 +168,7 @@ func (c *cluster) publisher() *publisher {
 		pub: message.NewPublisher(a, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))}
 }
 
-func (p *publisher) publish(t *testing.T, journal string, msgs ...*countMsg) {
+func (p *publisher) publish(t testing.TB, journal string, msgs ...*countMsg) {
 	t.Helper()
 	var last *client.AppendHandle
 	for _, m := range msgs {
@@ -177,6 +188,16 @@ func (p *publisher) publish(t *testing.T, journal string, msgs ...*countMsg) {
 	p.mu.Lock()
 	p.ends[journal] = max(p.ends[journal], f.End)
 	p.mu.Unlock()
+}
+
+// shardClient returns a Shard client of any process of the fleet, or of
+// a process started for the purpose if there is none.
+func (c *cluster) shardClient() protocol.ShardClient {
+	for _, p := range c.fleet.Procs {
+		return c.fleet.Client(p)
+	}
+	c.t.Fatal("no consumer process")
+	return nil
 }
 
 // stat waits until shard has read through the publisher's appends to its

@@ -20,20 +20,21 @@ func (r *replica) storeHints(spec *ShardSpec, rec *recoverylog.Recorder) error {
 	return recoverylog.StoreHints(ctx, r.srv.cfg.Etcd, spec.HintKey(), h, spec.HintBackupCount())
 }
 
-// storeHintsEvery stores hints every HintInterval while the replica
-// lives. A failure is logged: the hints stored before stay usable, only
-// playback from them reads more of the log.
+// storeHintsEvery stores hints at once (a new primary rotates the hints
+// it recovered from into the backups), then every HintInterval while the
+// replica lives. A failure is logged: the hints stored before stay usable,
+// only playback from them reads more of the log.
 func (r *replica) storeHintsEvery(spec *ShardSpec, rec *recoverylog.Recorder) {
 	t := time.NewTicker(r.srv.cfg.HintInterval)
 	defer t.Stop()
 	for {
+		if err := r.storeHints(spec, rec); err != nil && r.ctx.Err() == nil {
+			r.log.Warn("storing recovery-log hints failed", "err", err)
+		}
 		select {
 		case <-t.C:
 		case <-r.ctx.Done():
 			return
-		}
-		if err := r.storeHints(spec, rec); err != nil && r.ctx.Err() == nil {
-			r.log.Warn("storing recovery-log hints failed", "err", err)
 		}
 	}
 }

@@ -211,9 +211,6 @@ func (r *replica) servePrimary(spec *ShardSpec, player *recoverylog.Player) erro
 		if rec, err = r.takeOver(spec, player); err != nil || rec == nil {
 			return err
 		}
-		if err := r.storeHints(spec, rec); err != nil {
-			return err
-		}
 	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return err
 	}

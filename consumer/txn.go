@@ -214,7 +214,8 @@ func (t *txnLoop) resolve() error {
 
 // runTxn runs one transaction from its first batch: it consumes while
 // messages are ready and MaxTxnDuration has not passed, and, once they
-// stall, for at least MinTxnDuration; then it finalizes and commits.
+// stall, until MinTxnDuration has passed and the previous transaction's
+// commit has resolved; then it finalizes and commits.
 func (t *txnLoop) runTxn(ctx context.Context, first readBatch) error {
 	spec, app := t.sh.spec, t.r.srv.cfg.App
 	begin := time.Now()
@@ -241,8 +242,15 @@ func (t *txnLoop) runTxn(ctx context.Context, first readBatch) error {
 			continue
 		default:
 		}
-		if minTimer == nil {
-			break // Stalled, and the minimum duration has passed.
+		// Stalled. The transaction closes once its minimum duration has
+		// passed and the previous commit resolved: until then, it may as
+		// well consume what arrives.
+		var prevDone chan struct{}
+		if t.prev != nil {
+			prevDone = t.prev.done
+		}
+		if minTimer == nil && prevDone == nil {
+			break
 		}
 		select {
 		case b := <-t.batches:
@@ -251,6 +259,10 @@ func (t *txnLoop) runTxn(ctx context.Context, first readBatch) error {
 			}
 		case <-minTimer:
 			minTimer = nil
+		case <-prevDone:
+			if err := t.resolve(); err != nil {
+				return err
+			}
 		case <-maxTimer.C:
 		case <-ctx.Done():
 			return t.drainPrev() // The transaction is abandoned.

@@ -135,3 +135,15 @@ func (f *Fleet) Client(p *Process) protocol.ShardClient {
 	f.t.Cleanup(func() { conn.Close() })
 	return protocol.NewShardClient(conn)
 }
+
+// Crash ends a process at once, as a crash would, leaving its lease to
+// expire after its TTL: its shards fail over only then.
+func (f *Fleet) Crash(p *Process) {
+	if _, ok := f.Procs[p.Name]; !ok {
+		return
+	}
+	delete(f.Procs, p.Name)
+	p.cancel()
+	p.grpc.Stop()
+	f.wait(p)
+}
