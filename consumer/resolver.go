@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/quire-dev/quire/allocator"
@@ -70,9 +71,11 @@ func (rs *resolver) updateReplicas() {
 			continue // An assignment of a deleted shard: it goes soon.
 		}
 		spec := rs.state.Items[it].Value.(*ShardSpec)
-		if r, ok := rs.replicas[id]; ok {
+		if r, ok := rs.replicas[id]; ok && !needsRestart(r.currentSpec(), spec) {
 			r.update(spec, a)
 			continue
+		} else if ok {
+			r.stop() // Its sources or recovery log changed: start afresh.
 		}
 		r := newReplica(rs.srv, spec, a)
 		rs.replicas[id] = r
@@ -132,4 +135,12 @@ func (rs *resolver) replica(id string) *replica {
 	rs.mu.RLock()
 	defer rs.mu.RUnlock()
 	return rs.replicas[id]
+}
+
+// needsRestart tells whether a replica of old must be started afresh to
+// serve new: a replica reads the sources and recovery log it started with.
+// Other fields (transaction durations, labels, ...) apply as they change.
+func needsRestart(old, new *ShardSpec) bool {
+	return !slices.Equal(old.Sources, new.Sources) || old.RecoveryLog() != new.RecoveryLog() ||
+		old.HintKey() != new.HintKey()
 }

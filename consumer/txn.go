@@ -217,7 +217,7 @@ func (t *txnLoop) resolve() error {
 // stall, until MinTxnDuration has passed and the previous transaction's
 // commit has resolved; then it finalizes and commits.
 func (t *txnLoop) runTxn(ctx context.Context, first readBatch) error {
-	spec, app := t.sh.spec, t.r.srv.cfg.App
+	spec, app := t.r.currentSpec(), t.r.srv.cfg.App
 	begin := time.Now()
 	if b, ok := app.(TxnBeginner); ok {
 		if _, err := guard("BeginTxn", func() (struct{}, error) { return struct{}{}, b.BeginTxn(t.sh, t.st) }); err != nil {

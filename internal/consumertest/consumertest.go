@@ -47,7 +47,16 @@ type Process struct {
 	done       chan error
 }
 
-var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+// quiet logs warnings and errors; QUIRE_TEST_LOG=info (or debug) logs more.
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel()}))
+
+func testLogLevel() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv("QUIRE_TEST_LOG"))); err != nil {
+		return slog.LevelWarn
+	}
+	return l
+}
 
 // New returns a fleet with no processes, whose keys are under root;
 // processes are killed when the test ends.
