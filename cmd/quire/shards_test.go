@@ -537,6 +537,45 @@ func TestShardsCommands(t *testing.T) {
 		t.Errorf("count of k3 recovered after pruning: %d, want 20 (%s)", n, r.stdout)
 	}
 
+	// Hints that do not play are skipped for older ones. With shard-0
+	// disabled (so that no replica stores hints), its primary hints are
+	// replaced by its old primary's, altered to contradict the log after
+	// them.
+	disabled := strings.SplitAfter(shardsTestFile(c.root, 1), "    hotStandbys: 1\n")[0] + "    disable: true\n"
+	if out := c.must(strings.NewReader(disabled), "apply", "-f", "-").stdout; out != "counts/shard-0: updated\n  disable: (unset) → true\n" {
+		t.Errorf("apply of disable printed %q", out)
+	}
+	waitUntil(t, "shard-0 to have no replicas", func() (bool, string) {
+		s := c.list()["counts/shard-0"]
+		return len(s.Replicas) == 0, replicaCodes(s)
+	})
+	last := c.must(nil, "hints", "-s", "counts/shard-0", "-o", "json").stdout
+	waitUntil(t, "shard-0's hints to settle", func() (bool, string) { // A stopping primary stores them once more.
+		time.Sleep(300 * time.Millisecond)
+		now := c.must(nil, "hints", "-s", "counts/shard-0", "-o", "json").stdout
+		settled := now == last
+		last = now
+		return settled, "changing"
+	})
+	bad := *old
+	bad.LastSeq += 5
+	raw, err := recoverylog.MarshalHints(&bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.fleet.Etcd.Put(context.Background(), c.root+"hints/counts/shard-0", string(raw)); err != nil {
+		t.Fatal(err)
+	}
+	fallback := filepath.Join(dir, "fallback")
+	r = c.must(nil, "recover", "-s", "counts/shard-0", "--dir", fallback, "--broker", c.broker)
+	if !strings.Contains(r.stderr, fmt.Sprintf("quire: playback from the primary hints (offset %d) failed; trying older hints: ", bad.Offset)) ||
+		!strings.Contains(r.stdout, "from the backup 1 hints") {
+		t.Errorf("recover with bad primary hints: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	if n := recoveredCount(t, fallback, "k1"); n != 20 {
+		t.Errorf("count of k1 recovered from backup hints: %d, want 20", n)
+	}
+
 	// QUIRE_CONSUMER names the consumer; one that is not there is reported.
 	t.Setenv("QUIRE_CONSUMER", c.consumer)
 	if r := quire(context.Background(), nil, "shards", "list"); r.err != nil || !strings.Contains(r.stdout, "counts/shard-0") {
