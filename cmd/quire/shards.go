@@ -248,7 +248,8 @@ func newShardsListCommand(sf *shardsFlags) *cobra.Command {
          source between the primary's last commit and the source's write
          head as the primary last saw it (one number for one source,
          else SOURCE=BYTES,...; '?' while the primary has not seen a
-         source's write head; '-' without a serving primary)
+         source's write head, or its head is behind what it read;
+         '-' without a serving primary)
   yaml   a shard file of the shards, which 'apply -f' reads back, with
          each shard's status, replicas and mod revision as comments
   json   the shards' specs with their etcd revisions, statuses, replicas
@@ -362,17 +363,18 @@ func replicasText(sh listedShard) string {
 }
 
 // lags returns each source's lag, and the sources whose write head the
-// primary has not seen.
+// primary has not seen, or not since it read past it (a head behind the
+// read-through offset is stale: the lag is unknown, not zero).
 func lags(spec *consumer.ShardSpec, st shardStat) (map[string]int64, []string) {
 	out := map[string]int64{}
 	var unknown []string
 	for _, src := range spec.Sources {
 		head, ok := st.writeHeads[src.Journal]
-		if !ok {
+		if rt := st.readThrough[src.Journal]; !ok || head < rt {
 			unknown = append(unknown, src.Journal)
-			continue
+		} else {
+			out[src.Journal] = head - rt
 		}
-		out[src.Journal] = max(head-st.readThrough[src.Journal], 0)
 	}
 	return out, unknown
 }

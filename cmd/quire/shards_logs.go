@@ -619,6 +619,10 @@ func (c *shardsClient) pruneShard(ctx context.Context, stdout, stderr io.Writer,
 		removed = append(removed, fr)
 		removedBytes += fr.GetEnd() - fr.GetBegin()
 	}
+	if len(removed) == 0 {
+		printPruned(stdout, id, log, name, h, nil, 0, kept, f.dryRun)
+		return nil
+	}
 	if end < h.Offset {
 		// recoverylog.Prune refuses hints beyond the log's fragments. The
 		// brokers list a journal's current spool only once it rolls: if
