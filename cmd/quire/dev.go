@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,37 +21,54 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker"
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/internal/devetcd"
+	"github.com/quire-dev/quire/protocol"
 )
 
 // The dev cluster's fixed names: one broker, in etcd under the brokers'
-// usual prefix.
+// usual prefix, and one process of the word-count example application,
+// under its usual prefix.
 const (
-	devPrefix = "/quire/brokers/"
-	devZone   = "local"
-	devSuffix = "dev"
+	devPrefix         = "/quire/brokers/"
+	devConsumerPrefix = "/quire/consumers/wordcount/"
+	devZone           = "local"
+	devSuffix         = "dev"
+	// devConsumerAddr is where quire dev serves the word count by
+	// default, and where its commands look for it.
+	devConsumerAddr = "127.0.0.1:7702"
 )
 
 type devFlags struct {
-	dir                          string
-	port, etcdPort, etcdPeerPort int
+	dir                                        string
+	port, etcdPort, etcdPeerPort, consumerPort int
 }
 
 func newDevCommand() *cobra.Command {
 	var f devFlags
 	cmd := &cobra.Command{
 		Use:   "dev [--dir DIR]",
-		Short: "Run a development cluster: etcd and a broker, in this process",
+		Short: "Run a development cluster: etcd, a broker and the word-count consumer, in this process",
 		Long: `Run a complete Quire cluster for development in one process: an embedded
-etcd and one broker, listening on loopback. Everything lives under --dir:
-etcd's data in DIR/etcd, the broker's spools in DIR/spools, and journals'
-fragments in the file store DIR/store/. Run it again on the same directory
-and it serves everything written before.
+etcd, one broker, and one process of the word-count example consumer
+application (examples/wordcount), listening on loopback. Everything lives
+under --dir: etcd's data in DIR/etcd, the broker's spools in DIR/spools,
+journals' fragments in the file store DIR/store/, and the shards' local
+stores (played back from their recovery logs at each start) in
+DIR/consumer. On its first start it creates the word count's journals and
+shards. Run it again on the same directory and it serves everything
+written before, even after a kill -9.
 
-Once it prints "ready", every 'quire journals' command works with no flags,
-from another terminal. Ctrl-C stops it.`,
+Once it prints "ready", every 'quire journals' and 'quire shards' command
+works with no flags, from another terminal, as do 'go run ./examples/wordcount
+publish' and 'query'. Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDev(cmd.Context(), cmd.OutOrStdout(), f)
@@ -61,6 +79,7 @@ from another terminal. Ctrl-C stops it.`,
 	fl.IntVar(&f.port, "port", 7700, "loopback port of the broker's gRPC")
 	fl.IntVar(&f.etcdPort, "etcd-port", 7701, "loopback port of etcd's clients")
 	fl.IntVar(&f.etcdPeerPort, "etcd-peer-port", 0, "loopback port of etcd's peer listener (default --etcd-port + 1)")
+	fl.IntVar(&f.consumerPort, "consumer-port", 7702, "loopback port of the word-count consumer's gRPC")
 	return cmd
 }
 
@@ -68,17 +87,19 @@ func (f *devFlags) validate() error {
 	if f.etcdPeerPort == 0 {
 		f.etcdPeerPort = f.etcdPort + 1
 	}
-	for _, p := range []struct {
+	ports := []struct {
 		flag string
 		port int
-	}{{"--port", f.port}, {"--etcd-port", f.etcdPort}, {"--etcd-peer-port", f.etcdPeerPort}} {
+	}{{"--port", f.port}, {"--etcd-port", f.etcdPort}, {"--etcd-peer-port", f.etcdPeerPort}, {"--consumer-port", f.consumerPort}}
+	for i, p := range ports {
 		if p.port < 1 || p.port > 65535 {
 			return usagef("%s %d: want a port from 1 to 65535", p.flag, p.port)
 		}
-	}
-	if f.port == f.etcdPort || f.port == f.etcdPeerPort || f.etcdPort == f.etcdPeerPort {
-		return usagef("--port %d, --etcd-port %d and --etcd-peer-port %d: want three different ports",
-			f.port, f.etcdPort, f.etcdPeerPort)
+		for _, q := range ports[:i] {
+			if p.port == q.port {
+				return usagef("%s %d and %s %d: want different ports", q.flag, q.port, p.flag, p.port)
+			}
+		}
 	}
 	if f.dir == "" {
 		return usagef("--dir is empty")
@@ -94,7 +115,7 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 	if err != nil {
 		return usagef("--dir %q: %w", f.dir, err)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, "spools"), filepath.Join(dir, "store")} {
+	for _, d := range []string{dir, filepath.Join(dir, "spools"), filepath.Join(dir, "store"), filepath.Join(dir, "consumer")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
@@ -111,6 +132,12 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 		return fmt.Errorf("--port %d: %s is in use or cannot be bound (another quire dev?): %w", f.port, addr, err)
 	}
 	defer lis.Close()
+	consumerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(f.consumerPort))
+	consumerLis, err := net.Listen("tcp", consumerAddr)
+	if err != nil {
+		return fmt.Errorf("--consumer-port %d: %s is in use or cannot be bound (another quire dev?): %w", f.consumerPort, consumerAddr, err)
+	}
+	defer consumerLis.Close()
 	etcd, err := devetcd.Start(devetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: f.etcdPort, PeerPort: f.etcdPeerPort})
 	if err != nil {
 		return fmt.Errorf("starting etcd (--etcd-port %d, --etcd-peer-port %d): %w", f.etcdPort, f.etcdPeerPort, err)
@@ -121,15 +148,16 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 		return err
 	}
 	defer client.Close()
-	return runDevBroker(ctx, stdout, devCluster{dir: dir, etcd: etcd, client: client, lis: lis})
+	return runDevBroker(ctx, stdout, devCluster{dir: dir, etcd: etcd, client: client, lis: lis, consumerLis: consumerLis})
 }
 
-// devCluster is what runDevBroker runs a broker on.
+// devCluster is what runDevBroker runs a broker and the word count on.
 type devCluster struct {
-	dir    string
-	etcd   *devetcd.Server
-	client *clientv3.Client
-	lis    net.Listener
+	dir         string
+	etcd        *devetcd.Server
+	client      *clientv3.Client
+	lis         net.Listener
+	consumerLis net.Listener
 }
 
 func (d devCluster) store() string { return "file://" + filepath.Join(d.dir, "store") + "/" }
@@ -155,12 +183,18 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 	}
 	sigCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
-	brokerCtx, cancelBroker := context.WithCancel(sigCtx)
+	// The broker outlives a signal: the consumer stops first, and its
+	// shards' last writes go to the broker.
+	brokerCtx, cancelBroker := context.WithCancel(ctx)
 	defer cancelBroker()
 	runDone := make(chan error, 1)
 	go func() { runDone <- serveBroker(brokerCtx, nil, srv, d.lis) }()
 
-	err = awaitKey(brokerCtx, d.client, memberKey)
+	var wc *devConsumer
+	err = awaitKey(sigCtx, d.client, memberKey)
+	if err == nil {
+		wc, err = startDevConsumer(sigCtx, d)
+	}
 	if err == nil {
 		printDevBanner(stdout, d)
 		select {
@@ -169,10 +203,16 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 			err = fmt.Errorf("etcd failed: %w", err)
 		case err = <-runDone:
 			runDone <- err
+		case err = <-wc.done:
+			err = fmt.Errorf("the word-count consumer stopped: %w", err)
+			wc.done <- err
 		}
 	}
 	stopSignals() // A second Ctrl-C now kills the process.
 	slog.Info("stopping")
+	if wc != nil {
+		wc.stop(ctx) // Before the broker, which its shards write to.
+	}
 	cancelBroker()
 	if runErr := <-runDone; err == nil && runErr != nil && !errors.Is(runErr, context.Canceled) {
 		err = fmt.Errorf("broker stopped: %w", runErr)
@@ -187,6 +227,78 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 		slog.Info("stopped; data kept", "dir", d.dir)
 	}
 	return err
+}
+
+// devConsumer is quire dev's process of the word-count application.
+type devConsumer struct {
+	cancel   context.CancelFunc
+	done     chan error
+	journals *client.Client
+	client   *clientv3.Client
+}
+
+// startDevConsumer starts the word-count consumer on the dev broker, and
+// creates the application's journals and shards that do not exist.
+func startDevConsumer(ctx context.Context, d devCluster) (*devConsumer, error) {
+	memberKey := allocator.MemberKey(devConsumerPrefix, devZone, devSuffix)
+	// As for the broker: a member key of ours was left by a quire dev that
+	// died. Revoking it frees its shards now.
+	if removed, err := revokeMember(ctx, d.client, memberKey); err != nil {
+		return nil, err
+	} else if removed {
+		slog.Info("removed the word-count consumer's member key that a previous quire dev left")
+	}
+	journals, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String()})
+	if err != nil {
+		return nil, err
+	}
+	endpoint := d.consumerLis.Addr().String()
+	srv, err := consumer.New(consumer.Config{App: wordcount.App{}, Etcd: d.client, Journals: journals,
+		Root: devConsumerPrefix, Zone: devZone, Suffix: devSuffix, Endpoint: endpoint,
+		Dir: filepath.Join(d.dir, "consumer"), Logger: slog.Default()})
+	if err != nil {
+		journals.Close()
+		return nil, err
+	}
+	gs := grpc.NewServer()
+	protocol.RegisterShardServer(gs, srv)
+	wordcount.App{}.Register(gs, srv)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	wc := &devConsumer{cancel: cancel, done: make(chan error, 1), journals: journals, client: d.client}
+	go func() { wc.done <- consumer.Serve(runCtx, nil, srv, gs, d.consumerLis) }()
+
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		wc.stop(ctx)
+		return nil, err
+	}
+	defer conn.Close()
+	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelSetup()
+	created, err := wordcount.Setup(setupCtx, wordcount.SetupConfig{Journals: journals,
+		Shards: protocol.NewShardClient(conn), Root: devConsumerPrefix, Replication: 1})
+	if err != nil {
+		wc.stop(ctx)
+		return nil, fmt.Errorf("setting up the word count: %w", err)
+	}
+	if len(created) > 0 {
+		slog.Info("created the word count's journals and shards", "created", strings.Join(created, " "))
+	}
+	return wc, nil
+}
+
+// stop stops the consumer at once (its shards' commits are in their
+// recovery logs) and removes its member key, freeing its shards.
+func (wc *devConsumer) stop(ctx context.Context) {
+	wc.cancel()
+	if err := <-wc.done; err != nil && !errors.Is(err, context.Canceled) {
+		slog.Warn("the word-count consumer stopped", "err", err)
+	}
+	wc.journals.Close()
+	memberKey := allocator.MemberKey(devConsumerPrefix, devZone, devSuffix)
+	if _, err := revokeMember(context.WithoutCancel(ctx), wc.client, memberKey); err != nil {
+		slog.Warn("removing the word-count consumer's member key", "err", err)
+	}
 }
 
 // revokeMember revokes the lease of member key, if it exists, which
@@ -243,9 +355,15 @@ func printDevBanner(w io.Writer, d devCluster) {
 	if addr != defaultBroker {
 		brokerFlag = " --broker " + addr
 	}
-	fmt.Fprintf(w, `  broker  %s   (clients: export QUIRE_BROKER=%s)
-  etcd    %s   (brokers under %s)
-  data    %s   (fragments in %s)
+	caddr := d.consumerLis.Addr().String()
+	consumerFlag := ""
+	if caddr != devConsumerAddr {
+		consumerFlag = " --consumer " + caddr
+	}
+	fmt.Fprintf(w, `  broker    %s   (clients: export QUIRE_BROKER=%s)
+  etcd      %s   (brokers under %s)
+  consumer  %s   (the word count, under %s; export QUIRE_CONSUMER=%s)
+  data      %s   (fragments in %s)
 
 Try it, from another terminal:
   printf 'journals:\n  - name: examples/hello\n    replication: 1\n' > hello.yaml
@@ -254,8 +372,14 @@ Try it, from another terminal:
   quire journals read -j examples/hello%s
   quire journals list%s
 
+Try the word count:
+  echo "a b a" | go run ./examples/wordcount publish%s
+  go run ./examples/wordcount query%s a b
+  quire shards list%s
+
 quire dev: ready (Ctrl-C stops it; the data stays in %s)
-`, addr, addr, d.etcd.Endpoint(), devPrefix, d.dir, d.store(), brokerFlag, brokerFlag, brokerFlag, brokerFlag, d.dir)
+`, addr, addr, d.etcd.Endpoint(), devPrefix, caddr, devConsumerPrefix, caddr, d.dir, d.store(),
+		brokerFlag, brokerFlag, brokerFlag, brokerFlag, brokerFlag, consumerFlag, consumerFlag, d.dir)
 }
 
 // lockDevDir takes an exclusive lock on dir, so that two quire dev never

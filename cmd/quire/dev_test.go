@@ -6,13 +6,22 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/examples/wordcount/wordcount"
+	"github.com/quire-dev/quire/examples/wordcount/wordcountpb"
 )
 
 // devProcess is `quire dev` running as a process: the test binary,
@@ -24,10 +33,25 @@ type devProcess struct {
 	done   chan struct{} // Closed when stdout is drained.
 }
 
-func startDev(t *testing.T, dir string, port, etcdPort, peerPort int) *devProcess {
+// devPorts are the ports of a quire dev: its broker's, etcd's (clients and
+// peers) and its word-count consumer's.
+type devPorts struct{ broker, etcd, peer, consumer int }
+
+func freeDevPorts(t *testing.T) devPorts {
+	return devPorts{freePort(t), freePort(t), freePort(t), freePort(t)}
+}
+
+func (p devPorts) args() []string {
+	return []string{"--port", strconv.Itoa(p.broker), "--etcd-port", strconv.Itoa(p.etcd),
+		"--etcd-peer-port", strconv.Itoa(p.peer), "--consumer-port", strconv.Itoa(p.consumer)}
+}
+
+func (p devPorts) brokerAddr() string   { return "127.0.0.1:" + strconv.Itoa(p.broker) }
+func (p devPorts) consumerAddr() string { return "127.0.0.1:" + strconv.Itoa(p.consumer) }
+
+func startDev(t *testing.T, dir string, ports devPorts) *devProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "dev", "--dir", dir, "--port", strconv.Itoa(port),
-		"--etcd-port", strconv.Itoa(etcdPort), "--etcd-peer-port", strconv.Itoa(peerPort))
+	cmd := exec.Command(os.Args[0], append([]string{"dev", "--dir", dir}, ports.args()...)...)
 	cmd.Env = append(os.Environ(), "QUIRE_TEST_RUN_MAIN=1")
 	p := &devProcess{cmd: cmd, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
@@ -93,10 +117,12 @@ func (p *devProcess) interrupt(t *testing.T) int {
 
 func TestDev(t *testing.T) {
 	dir := t.TempDir()
-	port, etcdPort, peerPort := freePort(t), freePort(t), freePort(t)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	dev := startDev(t, dir, port, etcdPort, peerPort)
-	for _, want := range []string{"broker  " + addr, "QUIRE_BROKER=" + addr, "quire journals apply", dir} {
+	ports := freeDevPorts(t)
+	addr, caddr := ports.brokerAddr(), ports.consumerAddr()
+	dev := startDev(t, dir, ports)
+	for _, want := range []string{"broker    " + addr, "QUIRE_BROKER=" + addr, "quire journals apply", dir,
+		"consumer  " + caddr, "QUIRE_CONSUMER=" + caddr, "go run ./examples/wordcount publish --broker " + addr,
+		"go run ./examples/wordcount query --consumer " + caddr + " a b", "quire shards list --consumer " + caddr} {
 		if !strings.Contains(dev.stdout.String(), want) {
 			t.Errorf("quire dev printed %q, which lacks %q", dev.stdout, want)
 		}
@@ -110,16 +136,21 @@ func TestDev(t *testing.T) {
 	}
 
 	// A second quire dev on the same directory fails, and says why.
-	_, stderr, code := runBinary(t, "dev", "--dir", dir, "--port", strconv.Itoa(freePort(t)),
-		"--etcd-port", strconv.Itoa(freePort(t)), "--etcd-peer-port", strconv.Itoa(freePort(t)))
+	_, stderr, code := runBinary(t, append([]string{"dev", "--dir", dir}, freeDevPorts(t).args()...)...)
 	if code == 0 || !strings.Contains(stderr, "in use by another quire dev") {
 		t.Errorf("second quire dev on %s: exit %d, stderr %q", dir, code, stderr)
 	}
 	// And on the same ports.
-	_, stderr, code = runBinary(t, "dev", "--dir", t.TempDir(), "--port", strconv.Itoa(port),
-		"--etcd-port", strconv.Itoa(etcdPort), "--etcd-peer-port", strconv.Itoa(peerPort))
+	_, stderr, code = runBinary(t, append([]string{"dev", "--dir", t.TempDir()}, ports.args()...)...)
 	if code == 0 || !strings.Contains(stderr, "in use") {
 		t.Errorf("second quire dev on the same ports: exit %d, stderr %q", code, stderr)
+	}
+	// And on the consumer's port only.
+	other := freeDevPorts(t)
+	other.consumer = ports.consumer
+	_, stderr, code = runBinary(t, append([]string{"dev", "--dir", t.TempDir()}, other.args()...)...)
+	if code == 0 || !strings.Contains(stderr, "--consumer-port") {
+		t.Errorf("second quire dev on the same consumer port: exit %d, stderr %q", code, stderr)
 	}
 
 	if code := dev.interrupt(t); code != 0 {
@@ -127,7 +158,7 @@ func TestDev(t *testing.T) {
 	}
 
 	// Restarted on the same directory, it serves what was written.
-	dev = startDev(t, dir, port, etcdPort, peerPort)
+	dev = startDev(t, dir, ports)
 	if got := must(t, addr, nil, "journals", "read", "-j", "dev/hello").stdout; got != content {
 		t.Errorf("after a restart, read %q, want %q", got, content)
 	}
@@ -148,6 +179,8 @@ func TestDevFlags(t *testing.T) {
 		{"dev", "--port", "0"},
 		{"dev", "--port", "70000"},
 		{"dev", "--port", "7800", "--etcd-port", "7800"},
+		{"dev", "--consumer-port", "7801", "--etcd-peer-port", "7801"},
+		{"dev", "--consumer-port", "0"},
 		{"dev", "--dir", ""},
 	} {
 		if r := quire(context.Background(), nil, args...); !errors.As(r.err, new(usageError)) {
@@ -161,9 +194,9 @@ func TestDevFlags(t *testing.T) {
 // spool the kill left behind (replication 1: there is no other copy).
 func TestDevSurvivesKill9(t *testing.T) {
 	dir := t.TempDir()
-	port, etcdPort, peerPort := freePort(t), freePort(t), freePort(t)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	dev := startDev(t, dir, port, etcdPort, peerPort)
+	ports := freeDevPorts(t)
+	addr := ports.brokerAddr()
+	dev := startDev(t, dir, ports)
 	must(t, addr, strings.NewReader("journals: [{name: dev/killed, replication: 1}]\n"), "journals", "apply", "-f", "-")
 	var want strings.Builder
 	for i := range 20 {
@@ -177,7 +210,7 @@ func TestDevSurvivesKill9(t *testing.T) {
 	<-dev.done
 	dev.cmd.Wait()
 
-	dev = startDev(t, dir, port, etcdPort, peerPort)
+	dev = startDev(t, dir, ports)
 	if got := must(t, addr, nil, "journals", "read", "-j", "dev/killed").stdout; got != want.String() {
 		t.Fatalf("after kill -9 and a restart, read %d bytes, want %d", len(got), want.Len())
 	}
@@ -186,5 +219,132 @@ func TestDevSurvivesKill9(t *testing.T) {
 	}
 	if !strings.Contains(dev.stderr.String(), "recovered spool") {
 		t.Errorf("the restarted broker did not recover its spool: %s", dev.stderr)
+	}
+}
+
+// wordText returns lines of n words drawn from 50, and their counts.
+func wordText(seed, n int) (string, map[string]uint64) {
+	counts := map[string]uint64{}
+	var b strings.Builder
+	x := uint32(seed)
+	for i := range n {
+		x = x*1664525 + 1013904223
+		w := "w" + strconv.Itoa(int(x>>16)%50)
+		counts[w]++
+		b.WriteString(w)
+		if i%10 == 9 {
+			b.WriteString("\n")
+		} else {
+			b.WriteString(" ")
+		}
+	}
+	return b.String(), counts
+}
+
+// publishWords publishes text's words to quire dev's word count, as
+// `wordcount publish` does.
+func publishWords(t *testing.T, ports devPorts, text string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	journals, err := client.New(ctx, client.Config{Broker: ports.brokerAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer journals.Close()
+	if _, err := wordcount.Publish(ctx, journals, wordcount.Selector, strings.NewReader(text)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkWordCounts asks quire dev's word count for the counts of words, as
+// `wordcount query` does, and checks them.
+func checkWordCounts(t *testing.T, ports devPorts, want map[string]uint64) {
+	t.Helper()
+	conn, err := grpc.NewClient(ports.consumerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	words := slices.Sorted(maps.Keys(want))
+	resp, err := wordcountpb.NewWordCountClient(conn).Count(ctx, &wordcountpb.CountRequest{Words: words, Sync: true})
+	if err != nil {
+		t.Fatalf("counting: %v", err)
+	}
+	for i, c := range resp.Counts {
+		if c.Word != words[i] || c.Count != want[words[i]] {
+			t.Errorf("count of %s = %s %d, want %d", words[i], c.Word, c.Count, want[words[i]])
+		}
+	}
+}
+
+// quire dev hosts the word count: its journals and shards exist from its
+// first start, and killed with SIGKILL while it counts, then restarted,
+// it loses no word and counts none twice: its shards' stores are played
+// back from their recovery logs (which the broker's spools and fragments
+// keep), and resume from their checkpoints.
+func TestDevWordCountSurvivesKill9(t *testing.T) {
+	dir := t.TempDir()
+	ports := freeDevPorts(t)
+	start := time.Now()
+	dev := startDev(t, dir, ports)
+	t.Logf("%s: started", time.Since(start))
+	list := must(t, ports.brokerAddr(), nil, "journals", "list", "-l", wordcount.Selector).stdout
+	for n := range wordcount.Partitions {
+		if !strings.Contains(list, wordcount.PartitionName(n)) {
+			t.Errorf("quire dev did not create journal %s: %s", wordcount.PartitionName(n), list)
+		}
+	}
+	want := map[string]uint64{}
+	add := func(m map[string]uint64) {
+		for w, n := range m {
+			want[w] += n
+		}
+	}
+	text, counts := wordText(1, 2000)
+	publishWords(t, ports, text)
+	add(counts)
+	checkWordCounts(t, ports, want)
+	t.Logf("%s: counted", time.Since(start))
+
+	// Killed while it counts more.
+	text, counts = wordText(2, 20000)
+	publishWords(t, ports, text)
+	add(counts)
+	if err := dev.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-dev.done
+	dev.cmd.Wait()
+
+	t.Logf("%s: killed", time.Since(start))
+	dev = startDev(t, dir, ports)
+	t.Logf("%s: restarted", time.Since(start))
+	text, counts = wordText(3, 1000)
+	publishWords(t, ports, text)
+	add(counts)
+	checkWordCounts(t, ports, want)
+	t.Logf("%s: counted", time.Since(start))
+	if code := dev.interrupt(t); code != 0 {
+		t.Fatalf("restarted quire dev exited %d; stderr: %s", code, dev.stderr)
+	}
+	for _, msg := range []string{"removed the word-count consumer's member key", "recovery log played"} {
+		if !strings.Contains(dev.stderr.String(), msg) {
+			t.Errorf("the restarted quire dev did not log %q: %s", msg, dev.stderr)
+		}
+	}
+	if strings.Contains(dev.stderr.String(), "created the word count's") {
+		t.Errorf("the restarted quire dev created the word count again: %s", dev.stderr)
+	}
+
+	// Stopped by Ctrl-C, then restarted: the same.
+	t.Logf("%s: interrupted", time.Since(start))
+	dev = startDev(t, dir, ports)
+	checkWordCounts(t, ports, want)
+	t.Logf("%s: counted", time.Since(start))
+	if code := dev.interrupt(t); code != 0 {
+		t.Fatalf("quire dev exited %d; stderr: %s", code, dev.stderr)
 	}
 }

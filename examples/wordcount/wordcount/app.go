@@ -36,8 +36,8 @@ type Word struct {
 	Word string       `json:"word,omitempty"`
 }
 
-func (w *Word) GetUUID() message.UUID                      { return w.UUID }
-func (w *Word) SetUUID(u message.UUID)                     { w.UUID = u }
+func (w *Word) GetUUID() message.UUID                     { return w.UUID }
+func (w *Word) SetUUID(u message.UUID)                    { w.UUID = u }
 func (w *Word) NewAcknowledgement(string) message.Message { return &Word{} }
 
 // App is the word-count application: a consumer.Application, with a name
