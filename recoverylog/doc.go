@@ -124,11 +124,21 @@
 // recorder has taken over, the deposed one's next append is refused
 // (client.ErrRegisterMismatch, or, if the successor has appended already,
 // client.ErrWrongAppendOffset, after which the recorder checks the
-// register) and leaves nothing in the log; from then on
-// every file operation of the deposed recorder fails with an error
-// wrapping ErrFenced, which Pebble surfaces. A recorder whose append
-// failed otherwise (ErrRecorderFailed) stops the same way: whether the
-// append committed is unknown, so it cannot go on.
+// register) and leaves nothing in the log; from then on Err returns an
+// error wrapping ErrFenced, and the recorder records nothing more. A
+// recorder whose append failed otherwise (ErrRecorderFailed) stops the
+// same way: whether the append committed is unknown, so it cannot go on.
+//
+// A failed recorder does not fail Pebble's file operations: it becomes the
+// base file system, and its syncs return at once. Pebble treats a failed
+// sync as fatal (it panics, or its logger's Fatalf exits), which would end
+// the whole process — every other shard of a consumer with it — for the
+// failure of one recovery log. So a sync's success does not prove
+// durability alone: after Pebble reports a commit durable, check Err; only
+// if it is nil is the commit in the log (a recorder fails before any sync
+// it cannot honour returns). The consumer framework does so after each
+// transaction's commit, and fails the shard otherwise; Recorder.Sync, an
+// explicit call, does return the error.
 //
 // The handover of a shard: the new primary plays the log to the write
 // head (or finishes its hot standby), then creates a Recorder from the

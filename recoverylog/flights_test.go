@@ -55,8 +55,14 @@ func scribble(fs vfs.FS, dir, name string, seed uint64, size int, stop <-chan st
 				return content, err
 			}
 		}
+		if err := recorderErr(fs); err != nil {
+			return content, err
+		}
 	}
-	return content, f.Sync()
+	if err := f.Sync(); err != nil {
+		return content, err
+	}
+	return content, recorderErr(fs)
 }
 
 // TestPipelinedAppends records concurrent writers and syncs through many
@@ -75,7 +81,7 @@ func TestPipelinedAppends(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range writers {
 		wg.Go(func() {
-			contents[i], errs[i] = scribble(rec, dir, fmt.Sprintf("file-%d", i), uint64(i), 200<<10, nil)
+			contents[i], errs[i] = scribble(rec, dir, fmt.Sprintf("file-%d", i), uint64(i), 100<<10, nil)
 		})
 	}
 	wg.Wait()

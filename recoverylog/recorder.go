@@ -489,17 +489,13 @@ func (r *Recorder) Create(name string, category vfs.DiskWriteCategory) (vfs.File
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil {
-		return nil, r.err
-	}
 	f, err := r.base.Create(name, category)
-	if err != nil {
-		return nil, err
+	if err != nil || r.err != nil {
+		return f, err // A failed recorder is the base FS (see Err).
 	}
 	node, err := r.recordCreate(rel)
 	if err != nil {
-		f.Close()
-		return nil, err
+		return f, nil
 	}
 	r.writers[node]++
 	return &recordedFile{File: f, r: r, node: node}, nil
@@ -577,18 +573,17 @@ func (r *Recorder) Link(oldname, newname string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil {
-		return r.err
-	}
-	if err := r.base.Link(oldname, newname); err != nil {
+	if err := r.base.Link(oldname, newname); err != nil || r.err != nil {
 		return err
 	}
 	if oldRel, ok := r.rel(oldname); ok {
 		if id, ok := r.fsm.paths[oldRel]; ok {
-			return r.record(&Op{Kind: KindLink, Node: id, Path: newRel})
+			r.record(&Op{Kind: KindLink, Node: id, Path: newRel})
+			return nil
 		}
 	}
-	return r.adopt(newname, newRel)
+	r.adopt(newname, newRel)
+	return nil
 }
 
 // Open opens name for reading; it records nothing.
@@ -624,14 +619,11 @@ func (r *Recorder) Remove(name string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil {
-		return r.err
-	}
-	if err := r.base.Remove(name); err != nil {
+	if err := r.base.Remove(name); err != nil || r.err != nil {
 		return err
 	}
 	if _, ok := r.fsm.paths[rel]; ok {
-		return r.record(&Op{Kind: KindUnlink, Path: rel})
+		r.record(&Op{Kind: KindUnlink, Path: rel})
 	}
 	return nil
 }
@@ -646,17 +638,17 @@ func (r *Recorder) RemoveAll(name string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil {
-		return r.err
-	}
 	err := r.base.RemoveAll(name)
+	if r.err != nil {
+		return err
+	}
 	for _, p := range r.fsm.Paths() {
 		if abs == r.root || p == rel || strings.HasPrefix(p, rel+"/") {
 			if _, serr := r.base.Stat(filepath.Join(r.root, filepath.FromSlash(p))); !os.IsNotExist(serr) {
 				continue // Not removed, as err says.
 			}
-			if rerr := r.record(&Op{Kind: KindUnlink, Path: p}); rerr != nil {
-				return rerr
+			if r.record(&Op{Kind: KindUnlink, Path: p}) != nil {
+				return err
 			}
 		}
 	}
@@ -672,23 +664,20 @@ func (r *Recorder) Rename(oldname, newname string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil {
-		return r.err
-	}
-	if err := r.base.Rename(oldname, newname); err != nil {
+	if err := r.base.Rename(oldname, newname); err != nil || r.err != nil {
 		return err
 	}
 	oldID, tracked := r.fsm.paths[oldRel]
 	switch {
 	case tracked && !newIn:
-		return r.record(&Op{Kind: KindUnlink, Path: oldRel})
+		r.record(&Op{Kind: KindUnlink, Path: oldRel})
 	case tracked:
 		if newID, ok := r.fsm.paths[newRel]; ok && newID == oldID {
 			return nil // Links of one file: rename(2) does nothing.
 		}
-		return r.record(&Op{Kind: KindRename, Path: oldRel, NewPath: newRel})
+		r.record(&Op{Kind: KindRename, Path: oldRel, NewPath: newRel})
 	case newIn:
-		return r.adopt(newname, newRel)
+		r.adopt(newname, newRel)
 	}
 	return nil
 }
@@ -742,15 +731,17 @@ type syncedFile struct {
 	r *Recorder
 }
 
-func (f *syncedFile) Sync() error     { return f.r.flush() }
-func (f *syncedFile) SyncData() error { return f.r.flush() }
+// Sync and SyncData wait until the pending ops are in the log. They never
+// fail: a recorder that failed has Err set, and is the base FS.
+func (f *syncedFile) Sync() error     { f.r.flush(); return nil }
+func (f *syncedFile) SyncData() error { f.r.flush(); return nil }
 
 // SyncTo starts appending the pending ops, and returns without waiting:
 // fullSync false promises nothing durable (Pebble syncs a file before it
 // relies on it, and calls SyncTo meanwhile to spread the work).
 func (f *syncedFile) SyncTo(length int64) (bool, error) {
 	f.r.startSync()
-	return false, f.r.failed()
+	return false, nil
 }
 
 // recordedFile is a file of the directory opened for writing.
@@ -762,14 +753,9 @@ type recordedFile struct {
 }
 
 func (f *recordedFile) Write(p []byte) (int, error) {
-	if err := f.r.failed(); err != nil {
-		return 0, err
-	}
 	n, err := f.File.Write(p)
 	if n > 0 {
-		if rerr := f.recordWrite(p[:n]); rerr != nil {
-			return n, rerr
-		}
+		f.recordWrite(p[:n])
 	}
 	return n, err
 }
@@ -780,17 +766,12 @@ func (f *recordedFile) WriteAt(p []byte, off int64) (int, error) {
 	n, ok := f.r.fsm.nodes[f.node]
 	end := ok && n.Length == off
 	f.r.mu.Unlock()
-	if !end {
+	if !end && f.r.failed() == nil {
 		return 0, fmt.Errorf("recoverylog: WriteAt offset %d, not the end of the file: %w", off, errors.ErrUnsupported)
-	}
-	if err := f.r.failed(); err != nil {
-		return 0, err
 	}
 	w, err := f.File.WriteAt(p, off)
 	if w > 0 {
-		if rerr := f.recordWrite(p[:w]); rerr != nil {
-			return w, rerr
-		}
+		f.recordWrite(p[:w])
 	}
 	return w, err
 }

@@ -314,7 +314,18 @@ func writeFile(fs vfs.FS, name string, data string, sync bool) error {
 		return err
 	}
 	if sync {
-		return f.Sync()
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	return recorderErr(fs)
+}
+
+// recorderErr returns the error of fs, if it is a recorder that failed:
+// its file operations do not fail (Pebble would crash), Err tells.
+func recorderErr(fs vfs.FS) error {
+	if r, ok := fs.(*Recorder); ok {
+		return r.Err()
 	}
 	return nil
 }
@@ -344,8 +355,12 @@ func TestFencing(t *testing.T) {
 	if err := writeFile(a, filepath.Join(dirA, "three"), "x", true); !errors.Is(err, ErrFenced) {
 		t.Fatalf("A's create after it was fenced: %v, want ErrFenced", err)
 	}
-	if err := a.Remove(filepath.Join(dirA, "one")); !errors.Is(err, ErrFenced) {
-		t.Fatalf("A's remove after it was fenced: %v, want ErrFenced", err)
+	// A fenced recorder is the local file system, and records nothing.
+	if err := a.Remove(filepath.Join(dirA, "one")); err != nil || !errors.Is(a.Err(), ErrFenced) {
+		t.Fatalf("A's remove after it was fenced: %v, Err %v; want nil, ErrFenced", err, a.Err())
+	}
+	if _, err := os.Stat(filepath.Join(dirA, "one")); !os.IsNotExist(err) {
+		t.Fatalf("A's remove after it was fenced left the file: %v", err)
 	}
 	// B records on.
 	if err := writeFile(b, filepath.Join(dirB, "four"), "from b", true); err != nil {
