@@ -331,7 +331,9 @@ func runShardsRecover(ctx context.Context, stdout, stderr io.Writer, sf *shardsF
 	hs.noteInvalid(stderr)
 	candidates, names := hs.usable()
 	if len(candidates) == 0 {
-		// No hints, so the log cannot have been pruned: play it all.
+		// No usable hints: play the whole log. (With hints stored, the
+		// log may have been pruned; playback then fails, naming the
+		// content that is missing.)
 		candidates, names = []*recoverylog.Hints{nil}, []string{"the log's start"}
 	}
 	jc, err := client.New(ctx, client.Config{Broker: f.broker})
@@ -383,6 +385,9 @@ func runShardsRecover(ctx context.Context, stdout, stderr io.Writer, sf *shardsF
 		if i+1 < len(candidates) {
 			fmt.Fprintf(stderr, "quire: playback from %s failed; trying older hints: %v\n", from, err)
 		}
+	}
+	if len(candidates) == 1 && candidates[0] == nil {
+		return fmt.Errorf("playing %s from its start failed, so %s is left as it was: %w", log, f.dir, errors.Unwrap(errs[0]))
 	}
 	return fmt.Errorf("no hints of shard %s played, so %s is left as it was: %w", f.shard, f.dir, errors.Join(errs...))
 }
