@@ -111,7 +111,7 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 				return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset,
 					WriteHead: head, Fragment: fragmentOf(cur, false)})
 			}
-			return r.sendSpool(stream, offset, limit(head, req.EndOffset))
+			return r.sendSpool(stream, offset, limit(head, req.EndOffset), head)
 		}
 		if !req.Block {
 			return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OFFSET_NOT_YET_AVAILABLE,
@@ -133,7 +133,7 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 	if req.MetadataOnly {
 		return -1, r.sendMetadata(ctx, stream, e, offset, head)
 	}
-	return r.sendFragment(ctx, stream, e, offset, limit(e.frag.End, req.EndOffset))
+	return r.sendFragment(ctx, stream, e, offset, limit(e.frag.End, req.EndOffset), head)
 }
 
 // miss handles an offset before the current spool that the index lacks.
@@ -172,8 +172,9 @@ func limit(end, endOffset int64) int64 {
 	return end
 }
 
-// sendSpool sends committed spool content [offset, end).
-func (r *replica) sendSpool(stream protocol.Journal_ReadServer, offset, end int64) (int64, error) {
+// sendSpool sends committed spool content [offset, end). Each response
+// carries the write head, so that a reader knows how far behind it is.
+func (r *replica) sendSpool(stream protocol.Journal_ReadServer, offset, end, head int64) (int64, error) {
 	r.mu.Lock()
 	cur := r.cur
 	r.mu.Unlock()
@@ -181,7 +182,7 @@ func (r *replica) sendSpool(stream protocol.Journal_ReadServer, offset, end int6
 	for offset < end {
 		n, err := cur.ReadAt(buf[:min(int64(len(buf)), end-offset)], offset)
 		if n > 0 {
-			if err := stream.Send(&protocol.ReadResponse{Offset: offset, Content: buf[:n]}); err != nil {
+			if err := stream.Send(&protocol.ReadResponse{Offset: offset, Content: buf[:n], WriteHead: head}); err != nil {
 				return -1, err
 			}
 			bytesRead.Add(float64(n))
@@ -197,8 +198,9 @@ func (r *replica) sendSpool(stream protocol.Journal_ReadServer, offset, end int6
 	return offset, nil
 }
 
-// sendFragment sends an indexed fragment's content [offset, end).
-func (r *replica) sendFragment(ctx context.Context, stream protocol.Journal_ReadServer, e entry, offset, end int64) (int64, error) {
+// sendFragment sends an indexed fragment's content [offset, end), with
+// the write head.
+func (r *replica) sendFragment(ctx context.Context, stream protocol.Journal_ReadServer, e entry, offset, end, head int64) (int64, error) {
 	store, _ := r.srv.storeFor(ctx, e.frag.Store)
 	rc, err := e.open(ctx, store, offset)
 	if err != nil {
@@ -206,14 +208,14 @@ func (r *replica) sendFragment(ctx context.Context, stream protocol.Journal_Read
 	}
 	defer rc.Close()
 	if err := stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset,
-		Fragment: protoFragment(e.frag)}); err != nil {
+		WriteHead: head, Fragment: protoFragment(e.frag)}); err != nil {
 		return -1, err
 	}
 	buf := make([]byte, readChunk)
 	for offset < end {
 		n, err := io.ReadFull(rc, buf[:min(int64(len(buf)), end-offset)])
 		if n > 0 {
-			if err := stream.Send(&protocol.ReadResponse{Offset: offset, Content: buf[:n]}); err != nil {
+			if err := stream.Send(&protocol.ReadResponse{Offset: offset, Content: buf[:n], WriteHead: head}); err != nil {
 				return -1, err
 			}
 			bytesRead.Add(float64(n))
