@@ -2,7 +2,9 @@ package recoverylog
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/fragment"
@@ -55,8 +57,14 @@ func Prune(ctx context.Context, cl *client.Client, journal string, h *Hints) (Pr
 		end = max(end, info.GetFragment().GetEnd())
 	}
 	if end < h.Offset {
-		return res, fmt.Errorf("recoverylog: prune %q: %w: they describe the log up to offset %d, its fragments end at %d",
-			journal, ErrBadHints, h.Offset, end)
+		// The listing leaves out the spools brokers still write: ask the
+		// write head whether the log reaches the hints' offset.
+		if head, err := writeHead(ctx, cl, journal); err != nil {
+			return res, fmt.Errorf("recoverylog: prune %q: %w", journal, err)
+		} else if head < h.Offset {
+			return res, fmt.Errorf("recoverylog: prune %q: %w: they describe the log up to offset %d, its write head is %d",
+				journal, ErrBadHints, h.Offset, head)
+		}
 	}
 	stores := map[string]fragment.Store{}
 	for _, info := range infos {
@@ -84,6 +92,18 @@ func Prune(ctx context.Context, cl *client.Client, journal string, h *Hints) (Pr
 		res.RemovedBytes += f.Len()
 	}
 	return res, nil
+}
+
+// writeHead returns the journal's write head, read by a non-blocking read
+// there.
+func writeHead(ctx context.Context, cl *client.Client, journal string) (int64, error) {
+	rd := cl.NewReader(ctx, client.ReadRequest{Journal: journal, Offset: -1})
+	defer rd.Close()
+	var b [1]byte
+	if _, err := rd.Read(b[:]); err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("reading its write head: %w", err)
+	}
+	return rd.WriteHead(), nil
 }
 
 // toFragment converts a listed fragment.

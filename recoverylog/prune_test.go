@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,5 +165,31 @@ func TestPrune(t *testing.T) {
 			t.Fatalf("playback from the start after pruning: %v, want an offset jump", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestPruneHintsInSpool prunes with hints whose offset lies in content the
+// brokers still spool (not listed as fragments yet): it is no error, and
+// removes nothing it should keep.
+func TestPruneHintsInSpool(t *testing.T) {
+	const journal = "recovery/pruned-spool"
+	cl := cluster(t, journal)
+	dir := t.TempDir()
+	rec := newRecorder(t, cl, journal, dir, "primary-1", nil)
+	if err := writeFile(rec, filepath.Join(dir, "one"), "content", true); err != nil {
+		t.Fatal(err)
+	}
+	h, err := rec.Hints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Prune(testContext(t), cl, journal, h)
+	if err != nil || len(res.Removed) != 0 {
+		t.Fatalf("Prune = %+v, %v; want nothing removed, no error", res, err)
+	}
+	ahead := *h
+	ahead.Offset += 1 << 20
+	if _, err := Prune(testContext(t), cl, journal, &ahead); !errors.Is(err, ErrBadHints) || !strings.Contains(err.Error(), "write head") {
+		t.Fatalf("pruning with hints beyond the write head: %v; want ErrBadHints naming the write head", err)
 	}
 }
