@@ -62,15 +62,16 @@ func usagef(format string, args ...any) error {
 
 // Main turns app into a complete binary, and runs it: a command with a
 // `serve` subcommand (see ServeCommand), the application's own commands
-// cmds, and a --log-level flag. It exits when the command is done: with
-// code 0, 1 on an error, or 2 on a UsageError (and on bad flags).
+// cmds, and a --log-level flag. It returns when the command succeeded, and
+// otherwise prints the error and exits with code 2 on a UsageError (bad
+// flags and arguments among them), 1 on any other.
 //
 //	func main() { consumer.Main(myApp{}, publishCommand(), queryCommand()) }
 func Main(app Application, cmds ...*cobra.Command) {
 	root := NewCommand(app, cmds...)
 	err := root.Execute()
 	if err == nil {
-		os.Exit(0)
+		return
 	}
 	fmt.Fprintf(os.Stderr, "%s: %v\n", root.Name(), err)
 	if errors.As(err, new(UsageError)) {

@@ -20,9 +20,11 @@ import (
 // shard counts it. It returns the number of words published, once every
 // one is acknowledged (durable in the journals).
 func Publish(ctx context.Context, journals *client.Client, selector string, r io.Reader) (int, error) {
-	parts, err := message.NewPartitions(ctx, journals, selector, 0)
+	listCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	parts, err := message.NewPartitions(listCtx, journals, selector, 0)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w (is the broker running? quire dev runs one)", err)
 	}
 	defer parts.Close()
 	mapping := message.ModuloMapping(func(m message.Message) []byte { return []byte(m.(*Word).Word) }, parts)
