@@ -308,6 +308,11 @@ func (t *txnLoop) commit(ctx context.Context, begin time.Time) error {
 	if err != nil {
 		return fmt.Errorf("building acknowledgements: %w", err)
 	}
+	// The checkpoint commits the acknowledgements (a successor writes
+	// them): what they commit must be written first.
+	if err := t.sh.publisher.AwaitTxnWrites(ctx); err != nil {
+		return fmt.Errorf("publishing the transaction's messages: %w", err)
+	}
 	for _, a := range acks {
 		t.intents[a.Journal] = a
 	}

@@ -166,6 +166,23 @@ func (p *Publisher) stamp(m Message, flags Flags) ([]byte, error) {
 	return p.buf.Bytes(), nil // The appender copies it.
 }
 
+// AwaitTxnWrites waits until every message of the transaction that the
+// last BuildAckIntents ended is appended, and fails if one of those
+// appends failed. A consumer calls it before it commits the intents with
+// its state: once committed, a successor writes them, and an
+// acknowledgement must never commit a message that was not written.
+func (p *Publisher) AwaitTxnWrites(ctx context.Context) error {
+	p.mu.Lock()
+	writes := p.sealedWrites
+	p.mu.Unlock()
+	for _, h := range writes {
+		if _, err := h.Wait(ctx); err != nil {
+			return fmt.Errorf("message: a message of the transaction was not written, so it cannot be acknowledged: %w", err)
+		}
+	}
+	return nil
+}
+
 // AckIntent is an encoded acknowledgement to write to Journal.
 type AckIntent struct {
 	Journal string `json:"journal"`
@@ -221,16 +238,11 @@ func (p *Publisher) BuildAckIntents(newAck func(journal string) Message) ([]AckI
 // returns land after the acknowledgements.
 //
 // It first waits until every message of the transaction that
-// BuildAckIntents ended is appended, and fails, writing nothing, if one
-// of those appends failed.
+// BuildAckIntents ended is appended (AwaitTxnWrites), and fails, writing
+// nothing, if one of those appends failed.
 func (p *Publisher) WriteAckIntents(ctx context.Context, intents []AckIntent) ([]*client.AppendHandle, error) {
-	p.mu.Lock()
-	writes := p.sealedWrites
-	p.mu.Unlock()
-	for _, h := range writes {
-		if _, err := h.Wait(ctx); err != nil {
-			return nil, fmt.Errorf("message: a message of the transaction was not written, so it is not acknowledged: %w", err)
-		}
+	if err := p.AwaitTxnWrites(ctx); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
