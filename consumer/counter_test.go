@@ -241,6 +241,7 @@ func (c *cluster) counts(shard string, keys ...string) map[string]uint64 {
 				}
 				out[k] = n
 			}
+			res.Done()
 			return out
 		}
 		if ctx.Err() != nil {

@@ -53,6 +53,10 @@ type replica struct {
 	ready chan struct{}
 	shard *Shard
 	store store.Store
+	// storeMu is held for reading by Resolve's callers while they read
+	// the store, and for writing to close it; storeClosed is set then.
+	storeMu     sync.RWMutex
+	storeClosed bool
 	// Committed read-through offsets of the sources, and the write heads
 	// seen; committedCh is closed and replaced at each commit.
 	readThrough map[string]int64
@@ -226,7 +230,7 @@ func (r *replica) servePrimary(spec *ShardSpec, player *recoverylog.Player) erro
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer r.closeStore(st)
 	cp, err := st.RestoreCheckpoint(r.ctx)
 	if err != nil {
 		return fmt.Errorf("restoring checkpoint: %w", err)
@@ -244,6 +248,29 @@ func (r *replica) servePrimary(spec *ShardSpec, player *recoverylog.Player) erro
 		r.storeFinalHints(spec, rec)
 	}
 	return err
+}
+
+// holdStore holds the primary's store open for a reader, unless it is
+// closed already.
+func (r *replica) holdStore() bool {
+	r.storeMu.RLock()
+	if r.storeClosed {
+		r.storeMu.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (r *replica) releaseStore() { r.storeMu.RUnlock() }
+
+// closeStore closes the store once its readers are done.
+func (r *replica) closeStore(st store.Store) {
+	r.storeMu.Lock()
+	defer r.storeMu.Unlock()
+	r.storeClosed = true
+	if err := st.Close(); err != nil && r.ctx.Err() == nil {
+		r.log.Warn("closing store", "err", err)
+	}
 }
 
 // servingPrimary publishes the primary's store, for Resolve and Stat.

@@ -24,9 +24,12 @@ type Resolution struct {
 	// Shard and Store are set when this process is the primary: its store
 	// is restored and it serves. The transaction loop owns Store: read
 	// only what the store lets readers share (store.Pebble's DB, which
-	// holds committed state).
+	// holds committed state). The store stays open until Done is called.
 	Shard *Shard
 	Store store.Store
+	// Done releases the Store: call it once, when finished reading. The
+	// replica, if it stops meanwhile, waits for it to close the store.
+	Done func()
 	// Header is the header of a response about the shard.
 	Header *protocol.Header
 }
@@ -46,9 +49,13 @@ func (s *Server) Resolve(ctx context.Context, id string) (Resolution, error) {
 		}
 		select {
 		case <-r.ready:
+			if !r.holdStore() {
+				return res, fmt.Errorf("%w: %s: its primary here is stopping", ErrNoPrimary, id)
+			}
 			r.mu.Lock()
 			res.Shard, res.Store = r.shard, r.store
 			r.mu.Unlock()
+			res.Done = r.releaseStore
 			return res, nil
 		case <-r.done:
 			r.mu.Lock()
@@ -65,7 +72,7 @@ func (s *Server) Resolve(ctx context.Context, id string) (Resolution, error) {
 // resolveIn resolves shard id in state: its primary, and this process's
 // replica of it if it is the primary.
 func (s *Server) resolveIn(state *allocator.State, id string) (Resolution, *replica, error) {
-	res := Resolution{Header: s.header()}
+	res := Resolution{Header: s.header(), Done: func() {}}
 	if state.ItemIndex(id) < 0 {
 		return res, nil, fmt.Errorf("%w: %s", ErrShardNotFound, id)
 	}

@@ -127,7 +127,7 @@ func (r *replica) awaitReadThrough(ctx context.Context, want map[string]int64) (
 		}
 		select {
 		case <-ch:
-		case <-r.done:
+		case <-r.ctx.Done():
 			return nil, nil, status.Errorf(codes.Unavailable, "shard %s: its primary stopped", r.id)
 		case <-ctx.Done():
 			return nil, nil, status.FromContextError(ctx.Err()).Err()

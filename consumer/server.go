@@ -130,6 +130,9 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// Journals is the process's client of the brokers.
+func (s *Server) Journals() *client.Client { return s.cfg.Journals }
+
 // ID is the process's zone and suffix.
 func (s *Server) ID() *protocol.ProcessID { return s.id }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -58,7 +59,8 @@ func TestStoresFailOver(t *testing.T) {
 		c := newCluster(t, jsonCounter{})
 		counts := func(shard string) map[string]uint64 {
 			res := c.resolveLocal(shard)
-			return res.Store.(*store.JSONFile[map[string]uint64]).State
+			defer res.Done()
+			return maps.Clone(res.Store.(*store.JSONFile[map[string]uint64]).State)
 		}
 		failOver(t, c, c.shardSpec("counts/json", 1, "counts/json-in"), counts)
 	})

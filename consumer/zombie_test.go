@@ -60,7 +60,7 @@ func TestZombiePrimaryIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = res
+	res.Done()
 	statOf(t, zombies.Client(z), spec.ID, p.ends)
 
 	// Its next transaction waits at the gate, holding a count of "a".

@@ -250,7 +250,10 @@ func (s *JSONFile[T]) write(doc []byte) error {
 	}
 	// The rename is durable (and in the recovery log) once the directory
 	// is synced.
-	return syncDir(s.fs, s.dir)
+	if err := syncDir(s.fs, s.dir); err != nil {
+		return err
+	}
+	return recorderErr(s.fs)
 }
 
 // writeTemp creates tmp (replacing any) with content doc, synced.

@@ -27,6 +27,7 @@ const CheckpointKey = ReservedPrefix + "checkpoint"
 // batch and commits it with a sync, so that changes and checkpoint are
 // committed in one atomic, durable write, then starts a new batch.
 type Pebble struct {
+	fs    vfs.FS
 	db    *pebble.DB
 	batch *pebble.Batch
 	// err is sticky: set when a commit failed and the batch's fate is
@@ -58,7 +59,7 @@ func OpenPebble(dir string, fs vfs.FS, opts *pebble.Options) (*Pebble, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: opening pebble at %s: %w", dir, err)
 	}
-	return &Pebble{db: db, batch: db.NewIndexedBatch()}, nil
+	return &Pebble{fs: fs, db: db, batch: db.NewIndexedBatch()}, nil
 }
 
 // DB returns the database, for reads of committed state. Writes go to
@@ -116,10 +117,24 @@ func (p *Pebble) StartCommit(ctx context.Context, cp Checkpoint) error {
 		p.err = fmt.Errorf("store: commit: %w", err)
 		return p.err
 	}
+	if err := recorderErr(p.fs); err != nil {
+		p.err = fmt.Errorf("store: commit: %w", err)
+		return p.err
+	}
 	old := p.batch
 	p.batch = p.db.NewIndexedBatch()
 	if err := old.Close(); err != nil {
 		return fmt.Errorf("store: closing committed batch: %w", err)
+	}
+	return nil
+}
+
+// recorderErr returns the error of fs if it is a recoverylog.Recorder that
+// failed: it lets syncs return (Pebble would crash on a failed one), so a
+// commit is durable only if the recorder is sound after its sync.
+func recorderErr(fs vfs.FS) error {
+	if r, ok := fs.(*recoverylog.Recorder); ok {
+		return r.Err()
 	}
 	return nil
 }
@@ -163,8 +178,12 @@ func (p *Pebble) CommitAsync(ctx context.Context, cp Checkpoint) (func() error, 
 	}
 	old := p.batch
 	p.batch = p.db.NewIndexedBatch()
+	fs := p.fs
 	return func() error {
 		err := old.SyncWait()
+		if err == nil {
+			err = recorderErr(fs)
+		}
 		if cerr := old.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("store: closing committed batch: %w", cerr)
 		}

@@ -92,6 +92,9 @@ func (f *Fleet) Start(name, zone string) *Process {
 		f.t.Fatal(err)
 	}
 	protocol.RegisterShardServer(p.grpc, p.Server)
+	if r, ok := f.App.(consumer.Registerer); ok {
+		r.Register(p.grpc, p.Server) // The application's own services.
+	}
 	go p.grpc.Serve(lis)
 	var ctx context.Context
 	ctx, p.cancel = context.WithCancel(context.Background())

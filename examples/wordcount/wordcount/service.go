@@ -143,6 +143,7 @@ func (s *service) countOnce(ctx context.Context, shard string, words []string, r
 	case err != nil:
 		return nil, status.FromContextError(err).Err()
 	}
+	defer res.Done()
 	if res.Store == nil {
 		if req.DoNotProxy {
 			return nil, status.Errorf(codes.FailedPrecondition, "not the primary of shard %s, which is at %s", shard, res.Endpoint)
@@ -194,21 +195,16 @@ func (s *service) awaitSync(ctx context.Context, res consumer.Resolution, shard 
 	return nil
 }
 
-// readCounts reads words' counts from a primary's committed state. The
-// store closes if the replica stops meanwhile: Pebble then panics, which
-// is reported as the shard being unavailable here.
-func readCounts(st store.Store, words []string) (counts []uint64, err error) {
+// readCounts reads words' counts from a primary's committed state, which
+// the Resolution holds open.
+func readCounts(st store.Store, words []string) ([]uint64, error) {
 	p, ok := st.(*store.Pebble)
 	if !ok {
 		return nil, status.Errorf(codes.Internal, "the store is a %T, not a *store.Pebble", st)
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			counts, err = nil, status.Errorf(codes.Unavailable, "the shard's store closed: %v", r)
-		}
-	}()
-	counts = make([]uint64, len(words))
+	counts := make([]uint64, len(words))
 	for i, w := range words {
+		var err error
 		if counts[i], err = ReadCount(p.DB(), w); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
