@@ -118,7 +118,7 @@ func TestServeDefaults(t *testing.T) {
 	}
 	for flag, want := range map[string]string{
 		"prefix": "/quire/consumers/counting/", "etcd": "127.0.0.1:7701", "broker": "127.0.0.1:7700",
-		"zone": "local", "listen": "127.0.0.1:0", "lease-ttl": "10s",
+		"zone": "local", "listen": "127.0.0.1:0", "lease-ttl": "8s",
 	} {
 		if got := serve.Flags().Lookup(flag).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", flag, got, want)

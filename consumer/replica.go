@@ -53,10 +53,14 @@ type replica struct {
 	ready chan struct{}
 	shard *Shard
 	store store.Store
-	// storeMu is held for reading by Resolve's callers while they read
-	// the store, and for writing to close it; storeClosed is set then.
-	storeMu     sync.RWMutex
-	storeClosed bool
+	// holds counts Resolve's callers reading the store; closing is set
+	// once the store is to close (no new holds), and held is signalled
+	// when holds drops. A count, not an RWMutex: a holder may hold again
+	// (a handler calling Stat) while a close waits.
+	holdMu  sync.Mutex
+	held    *sync.Cond
+	holds   int
+	closing bool
 	// Committed read-through offsets of the sources, and the write heads
 	// seen; committedCh is closed and replaced at each commit.
 	readThrough map[string]int64
@@ -71,6 +75,7 @@ func newReplica(srv *Server, spec *ShardSpec, a allocator.AssignmentKV) *replica
 		done: make(chan struct{}), changed: make(chan struct{}), promoted: make(chan struct{}),
 		ready: make(chan struct{}), committedCh: make(chan struct{}),
 		readThrough: map[string]int64{}, heads: map[string]int64{}}
+	r.held = sync.NewCond(&r.holdMu)
 	r.update(spec, a)
 	return r
 }
@@ -251,23 +256,32 @@ func (r *replica) servePrimary(spec *ShardSpec, player *recoverylog.Player) erro
 }
 
 // holdStore holds the primary's store open for a reader, unless it is
-// closed already.
+// closing.
 func (r *replica) holdStore() bool {
-	r.storeMu.RLock()
-	if r.storeClosed {
-		r.storeMu.RUnlock()
+	r.holdMu.Lock()
+	defer r.holdMu.Unlock()
+	if r.closing {
 		return false
 	}
+	r.holds++
 	return true
 }
 
-func (r *replica) releaseStore() { r.storeMu.RUnlock() }
+func (r *replica) releaseStore() {
+	r.holdMu.Lock()
+	defer r.holdMu.Unlock()
+	r.holds--
+	r.held.Broadcast()
+}
 
 // closeStore closes the store once its readers are done.
 func (r *replica) closeStore(st store.Store) {
-	r.storeMu.Lock()
-	defer r.storeMu.Unlock()
-	r.storeClosed = true
+	r.holdMu.Lock()
+	r.closing = true
+	for r.holds > 0 {
+		r.held.Wait()
+	}
+	r.holdMu.Unlock()
 	if err := st.Close(); err != nil && r.ctx.Err() == nil {
 		r.log.Warn("closing store", "err", err)
 	}

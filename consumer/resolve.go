@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/protocol"
@@ -55,7 +56,8 @@ func (s *Server) Resolve(ctx context.Context, id string) (Resolution, error) {
 			r.mu.Lock()
 			res.Shard, res.Store = r.shard, r.store
 			r.mu.Unlock()
-			res.Done = r.releaseStore
+			var once sync.Once
+			res.Done = func() { once.Do(r.releaseStore) }
 			return res, nil
 		case <-r.done:
 			r.mu.Lock()

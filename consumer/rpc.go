@@ -73,6 +73,7 @@ func (s *Server) Stat(ctx context.Context, req *protocol.ShardStatRequest) (*pro
 	} else if err != nil {
 		return nil, err
 	}
+	res.Done() // Stat reads no store.
 	if res.Shard == nil {
 		if req.DoNotProxy {
 			return &protocol.ShardStatResponse{Status: protocol.Status_NOT_SHARD_PRIMARY, Header: res.Header}, nil
