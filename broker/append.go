@@ -54,7 +54,7 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 
 // proxyAppend forwards an append to the route's primary.
 func (s *Server) proxyAppend(stream protocol.Journal_AppendServer, first *protocol.AppendRequest, route *protocol.Route) error {
-	conn, err := s.conns.get(route.Endpoints[0])
+	conn, err := s.conns.Get(route.Endpoints[0])
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}

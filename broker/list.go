@@ -91,7 +91,7 @@ func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsReque
 	case r == nil && (req.DoNotProxy || len(route.GetMembers()) == 0):
 		return &protocol.FragmentsResponse{Status: protocol.Status_NOT_REPLICA, Header: hdr}, nil
 	case r == nil:
-		conn, err := s.conns.get(route.Endpoints[0])
+		conn, err := s.conns.Get(route.Endpoints[0])
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}

@@ -29,7 +29,7 @@ func (r *replica) openPipeline(routeCtx context.Context, route *protocol.Route) 
 	ctx, cancel := context.WithCancel(routeCtx)
 	p := &pipeline{route: route, ctx: ctx, cancel: cancel}
 	for i := 1; i < len(route.Members); i++ {
-		conn, err := r.srv.conns.get(route.Endpoints[i])
+		conn, err := r.srv.conns.Get(route.Endpoints[i])
 		if err != nil {
 			p.close()
 			return nil, err

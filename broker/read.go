@@ -50,7 +50,7 @@ type errMiss struct{ offset int64 }
 func (e errMiss) Error() string { return fmt.Sprintf("offset %d is not held here", e.offset) }
 
 func (s *Server) proxyRead(req *protocol.ReadRequest, stream protocol.Journal_ReadServer, route *protocol.Route) error {
-	conn, err := s.conns.get(route.Endpoints[0])
+	conn, err := s.conns.Get(route.Endpoints[0])
 	if err != nil {
 		return err
 	}

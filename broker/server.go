@@ -10,12 +10,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/internal/connpool"
 	"github.com/quire-dev/quire/keyspace"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -52,7 +51,7 @@ type Server struct {
 	resolver  *resolver
 	persister *persister
 	stores    storeCache
-	conns     connPool
+	conns     connpool.Pool
 
 	ctx     context.Context // the server's life
 	wg      sync.WaitGroup  // goroutines of replicas and the persister
@@ -113,7 +112,7 @@ func (c *Config) validate() error {
 func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	s.ctx = ctx
-	defer s.conns.close()
+	defer s.conns.Close()
 	defer s.wg.Wait()
 	defer cancel()
 
@@ -329,38 +328,6 @@ func (s *Server) markSynchronized(ctx context.Context, journal string, route *pr
 		return fmt.Errorf("recording route %q of %s: assignments changed", text, journal)
 	}
 	return nil
-}
-
-// connPool keeps one client connection per broker endpoint.
-type connPool struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-}
-
-func (p *connPool) get(endpoint string) (*grpc.ClientConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.conns[endpoint]; ok {
-		return c, nil
-	}
-	c, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("connecting to broker %s: %w", endpoint, err)
-	}
-	if p.conns == nil {
-		p.conns = make(map[string]*grpc.ClientConn)
-	}
-	p.conns[endpoint] = c
-	return c, nil
-}
-
-func (p *connPool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
 
 func protoFragment(f fragment.Fragment) *protocol.Fragment {

@@ -7,11 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -333,7 +332,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 		r.Register(gs, srv)
 	}
 
-	ctx, drain, stop := drainSignals(ctx)
+	ctx, drain, stop := signals.Drain(ctx, "draining, handing shards to other processes")
 	defer stop()
 	slog.Info("consumer serving", "process", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),
 		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "broker", f.broker, "dir", f.dir)
@@ -414,37 +413,4 @@ func lockDir(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
 	return func() { f.Close() }, nil
-}
-
-// drainSignals turns signals into a server's two ways of stopping: the
-// first SIGTERM or SIGINT closes the returned channel (drain); a second
-// cancels the returned context (exit at once). stop releases the signals.
-func drainSignals(parent context.Context) (ctx context.Context, drain <-chan struct{}, stop func()) {
-	ctx, cancel := context.WithCancel(parent)
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
-	drainCh := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case sig := <-sigs:
-			slog.Info("signal received: draining, handing shards to other processes; signal again to exit at once",
-				"signal", sig.String())
-			close(drainCh)
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case sig := <-sigs:
-			slog.Warn("second signal received: exiting at once", "signal", sig.String())
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, drainCh, func() {
-		signal.Stop(sigs)
-		cancel()
-		<-done
-	}
 }

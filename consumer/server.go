@@ -13,10 +13,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/connpool"
 	"github.com/quire-dev/quire/keyspace"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -102,7 +102,7 @@ type Server struct {
 	log      *slog.Logger
 	ks       *keyspace.KeySpace
 	resolver *resolver
-	conns    connPool
+	conns    connpool.Pool
 	seq      atomic.Int64 // numbers replica directories
 
 	ctx     context.Context // the server's life
@@ -147,7 +147,7 @@ func (s *Server) ID() *protocol.ProcessID { return s.id }
 func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	s.ctx = ctx
-	defer s.conns.close()
+	defer s.conns.Close()
 	defer s.wg.Wait()
 	defer cancel()
 
@@ -214,38 +214,6 @@ func (s *Server) awaitRevision(ctx context.Context, rev int64) error {
 	return s.ks.WaitForRevision(ctx, rev)
 }
 
-// connPool keeps one client connection per consumer endpoint.
-type connPool struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-}
-
 // Dial returns a connection to the consumer process at endpoint, shared
 // by the process's proxies (and an application's own RPCs).
-func (s *Server) Dial(endpoint string) (*grpc.ClientConn, error) { return s.conns.get(endpoint) }
-
-func (p *connPool) get(endpoint string) (*grpc.ClientConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.conns[endpoint]; ok {
-		return c, nil
-	}
-	c, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("consumer: dialing %s: %w", endpoint, err)
-	}
-	if p.conns == nil {
-		p.conns = map[string]*grpc.ClientConn{}
-	}
-	p.conns[endpoint] = c
-	return c, nil
-}
-
-func (p *connPool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
+func (s *Server) Dial(endpoint string) (*grpc.ClientConn, error) { return s.conns.Get(endpoint) }

@@ -21,6 +21,7 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -193,7 +194,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		return err
 	}
 	defer stopMetrics()
-	ctx, drain, stop := drainSignals(ctx)
+	ctx, drain, stop := signals.Drain(ctx, "draining")
 	defer stop()
 	slog.Info("broker serving", "broker", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),
 		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "dir", f.dir, "store", f.store)

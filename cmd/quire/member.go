@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/signals"
 )
 
 type memberFlags struct {
@@ -77,7 +78,7 @@ func runMember(ctx context.Context, f memberFlags) error {
 		return fmt.Errorf("connecting to etcd %s: %w", f.etcd, err)
 	}
 	defer client.Close()
-	ctx, drain, stop := drainSignals(ctx)
+	ctx, drain, stop := signals.Drain(ctx, "draining")
 	defer stop()
 	return allocator.Run(ctx, drain, allocator.MemberConfig{
 		Config:   allocator.Config{Client: client},
