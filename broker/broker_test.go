@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -300,5 +302,53 @@ func TestRecoveredSpoolConflictIsQuarantined(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Join(dir, "#quarantine", "log%2Fmoved"))
 	if len(entries) != 2 {
 		t.Fatalf("quarantine holds %d files, want the spool's 2", len(entries))
+	}
+}
+
+// A fragment removed from the store behind the brokers' back (as pruning
+// a recovery log does) is skipped by reads, as removed content is, rather
+// than failing them until the next listing.
+func TestMissingFragmentIsSkipped(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, "log/pruned", 1, func(s *protocol.JournalSpec) {
+		s.Fragment.FlushInterval = durationpb.New(time.Second)
+		s.Fragment.RefreshInterval = durationpb.New(time.Hour)
+	})
+	c.appendRetry(b, "log/pruned", []byte("pruned\n"))
+	c.waitPersisted(b, "log/pruned", 7)
+	c.appendRetry(b, "log/pruned", []byte("kept\n"))
+	resp, err := protocol.NewJournalClient(b.conn).ListFragments(context.Background(),
+		&protocol.FragmentsRequest{Journal: "log/pruned"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := false
+	for _, f := range resp.Fragments {
+		if f.Fragment.Begin == 0 && f.Fragment.Store != "" {
+			dir := strings.TrimPrefix(c.store, "file://")
+			err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() && strings.Contains(path, "log/pruned") {
+					removed = true
+					return os.Remove(path)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !removed {
+		t.Fatalf("no persisted fragment at 0 to remove: %v", resp.Fragments)
+	}
+	if got := readRetry(t, b, "log/pruned", 7, 12); string(got) != "kept\n" {
+		t.Fatalf("read after the removed fragment: %q", got)
+	}
+	// From 0, the read goes on at 7 (readRange reports the jump as
+	// content at 7 where it wanted 0), rather than failing.
+	got, err := readRange(context.Background(), b, "log/pruned", 0, 12)
+	if !strings.Contains(fmt.Sprint(err), "content at 7, want 0") {
+		t.Fatalf("read across the removed fragment: %q, %v; want a jump past it to 7, not a failure", got, err)
 	}
 }

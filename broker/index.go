@@ -115,6 +115,23 @@ func (ix *index) replaceStored(listed []fragment.Fragment) {
 	ix.sortAndNotify()
 }
 
+// drop removes a stored fragment found missing from its store (pruned or
+// removed behind the brokers' back) before the next listing would: reads
+// then jump past its range, as they do past removed content, rather than
+// fail.
+func (ix *index) drop(f fragment.Fragment) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := ix.entries[:0]
+	for _, e := range ix.entries {
+		if e.local() || e.frag != f {
+			out = append(out, e)
+		}
+	}
+	ix.entries = out
+	ix.sortAndNotify()
+}
+
 func (ix *index) sortAndNotify() {
 	sort.SliceStable(ix.entries, func(i, j int) bool {
 		a, b := ix.entries[i].frag, ix.entries[j].frag

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"time"
 
 	"github.com/quire-dev/quire/protocol"
@@ -203,7 +204,12 @@ func (r *replica) sendSpool(stream protocol.Journal_ReadServer, offset, end, hea
 func (r *replica) sendFragment(ctx context.Context, stream protocol.Journal_ReadServer, e entry, offset, end, head int64) (int64, error) {
 	store, _ := r.srv.storeFor(ctx, e.frag.Store)
 	rc, err := e.open(ctx, store, offset)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) && !e.local() {
+		r.srv.log.Warn("indexed fragment is gone from its store; dropping it from the index",
+			"journal", e.frag.Journal, "begin", e.frag.Begin, "end", e.frag.End, "store", e.frag.Store)
+		r.index.drop(e.frag)
+		return offset, nil // Read on: the index now has a gap here.
+	} else if err != nil {
 		return -1, err
 	}
 	defer rc.Close()
