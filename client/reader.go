@@ -314,3 +314,15 @@ func (r *Reader) handleStatus(resp *protocol.ReadResponse) error {
 
 // IsOffsetJump reports whether err reports a gap that a Reader skipped.
 func IsOffsetJump(err error) bool { return errors.Is(err, ErrOffsetJump) }
+
+// WriteHead returns journal's write head: where its next append will
+// begin. It is a read at the write head that does not wait.
+func (c *Client) WriteHead(ctx context.Context, journal string) (int64, error) {
+	rd := c.NewReader(ctx, ReadRequest{Journal: journal, Offset: -1})
+	defer rd.Close()
+	var b [1]byte
+	if _, err := rd.Read(b[:]); err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("client: write head of %q: %w", journal, err)
+	}
+	return rd.WriteHead(), nil
+}

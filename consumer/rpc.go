@@ -99,6 +99,14 @@ func (s *Server) Stat(ctx context.Context, req *protocol.ShardStatRequest) (*pro
 	if err != nil {
 		return nil, err
 	}
+	for _, src := range res.Shard.spec.Sources {
+		if _, known := heads[src.Journal]; !known {
+			// Nothing read yet (an empty or idle source): ask its head.
+			if head, err := s.cfg.Journals.WriteHead(ctx, src.Journal); err == nil {
+				heads[src.Journal] = head
+			}
+		}
+	}
 	return &protocol.ShardStatResponse{Status: protocol.Status_OK, Header: s.header(),
 		ReadThrough: readThrough, WriteHeads: heads}, nil
 }

@@ -2,9 +2,7 @@ package recoverylog
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/fragment"
@@ -59,7 +57,7 @@ func Prune(ctx context.Context, cl *client.Client, journal string, h *Hints) (Pr
 	if end < h.Offset {
 		// The listing leaves out the spools brokers still write: ask the
 		// write head whether the log reaches the hints' offset.
-		if head, err := writeHead(ctx, cl, journal); err != nil {
+		if head, err := cl.WriteHead(ctx, journal); err != nil {
 			return res, fmt.Errorf("recoverylog: prune %q: %w", journal, err)
 		} else if head < h.Offset {
 			return res, fmt.Errorf("recoverylog: prune %q: %w: they describe the log up to offset %d, its write head is %d",
@@ -92,18 +90,6 @@ func Prune(ctx context.Context, cl *client.Client, journal string, h *Hints) (Pr
 		res.RemovedBytes += f.Len()
 	}
 	return res, nil
-}
-
-// writeHead returns the journal's write head, read by a non-blocking read
-// there.
-func writeHead(ctx context.Context, cl *client.Client, journal string) (int64, error) {
-	rd := cl.NewReader(ctx, client.ReadRequest{Journal: journal, Offset: -1})
-	defer rd.Close()
-	var b [1]byte
-	if _, err := rd.Read(b[:]); err != nil && !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("reading its write head: %w", err)
-	}
-	return rd.WriteHead(), nil
 }
 
 // toFragment converts a listed fragment.

@@ -660,16 +660,11 @@ func (c *shardsClient) pruneShard(ctx context.Context, stdout, stderr io.Writer,
 	return nil
 }
 
-// writeHead returns the write head of journal.
+// writeHead returns the write head of journal, within timeout.
 func writeHead(ctx context.Context, jc *client.Client, journal string, timeout time.Duration) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	rd := jc.NewReader(ctx, client.ReadRequest{Journal: journal, Offset: -1})
-	defer rd.Close()
-	if _, err := rd.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
-		return 0, err
-	}
-	return rd.WriteHead(), nil
+	return jc.WriteHead(ctx, journal)
 }
 
 func printPruned(w io.Writer, id, log, name string, h *recoverylog.Hints, removed []*protocol.Fragment,

@@ -3,7 +3,6 @@ package wordcount
 import (
 	"context"
 	"errors"
-	"io"
 	"slices"
 	"sync"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/examples/wordcount/wordcountpb"
 	"github.com/quire-dev/quire/protocol"
@@ -176,14 +174,11 @@ func (s *service) countOnce(ctx context.Context, shard string, words []string, r
 func (s *service) awaitSync(ctx context.Context, res consumer.Resolution, shard string) error {
 	heads := map[string]int64{}
 	for _, src := range res.Shard.Spec().Sources {
-		// A read at the write head, not blocking, ends at once with it.
-		r := res.Shard.Journals().NewReader(ctx, client.ReadRequest{Journal: src.Journal, Offset: -1})
-		_, err := r.Read(make([]byte, 1))
-		r.Close()
-		if err != io.EOF {
-			return status.Errorf(codes.Unavailable, "reading the write head of %s: %v", src.Journal, err)
+		head, err := res.Shard.Journals().WriteHead(ctx, src.Journal)
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "%v", err)
 		}
-		heads[src.Journal] = r.WriteHead()
+		heads[src.Journal] = head
 	}
 	resp, err := s.srv.Stat(ctx, &protocol.ShardStatRequest{Shard: shard, ReadThrough: heads, DoNotProxy: true})
 	if err != nil {
