@@ -84,7 +84,7 @@ func testFailover(t *testing.T, killPrimary bool) {
 	c.start("b3", "")
 	c.journal(c.brokers["b1"], "logs/failover", 3)
 	c.appendRetry(c.brokers["b1"], "logs/failover", []byte("start\n"))
-	_, route, _ := c.brokers["b1"].srv.resolver.resolve("logs/failover")
+	route := c.awaitRoute(c.brokers["b1"], "logs/failover", 3)
 	victim := c.brokers[route.Members[1].Suffix]
 	if killPrimary {
 		victim = c.brokers[route.Members[0].Suffix]
@@ -205,4 +205,20 @@ func acknowledged(ok []acked, rec string) bool {
 		}
 	}
 	return false
+}
+
+// awaitRoute waits until b's route of journal has n brokers.
+func (c *cluster) awaitRoute(b *testBroker, journal string, n int) *protocol.Route {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, route, _ := b.srv.resolver.resolve(journal)
+		if len(route.Members) == n {
+			return route
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("route of %s has %d brokers, want %d", journal, len(route.Members), n)
+		}
+		time.Sleep(10 * time.Millisecond) // Polling the allocator's progress.
+	}
 }
