@@ -27,8 +27,8 @@ import (
 // that changed into the store in FinalizeTxn, as a real aggregation would.
 type tally struct {
 	counter
-	mu      sync.Mutex
-	shards  map[*consumer.Shard]*tallyShard
+	mu     sync.Mutex
+	shards map[*consumer.Shard]*tallyShard
 	// firstBegin is when the first transaction began.
 	firstBegin time.Time
 }
@@ -286,7 +286,9 @@ func (c *cluster) awaitStandby(shard string) {
 		for _, p := range c.fleet.Procs {
 			resp, err := c.fleet.Client(p).List(context.Background(), &protocol.ShardListRequest{Selector: "id=" + shard})
 			if err == nil && len(resp.Shards) == 1 && slices.ContainsFunc(resp.Shards[0].Replicas,
-				func(r *protocol.ShardListResponse_Replica) bool { return r.Status.GetCode() == protocol.ReplicaCode_STANDBY }) {
+				func(r *protocol.ShardListResponse_Replica) bool {
+					return r.Status.GetCode() == protocol.ReplicaCode_STANDBY
+				}) {
 				return
 			}
 			break

@@ -33,8 +33,8 @@ type countMsg struct {
 	Fail bool `json:"fail,omitempty"`
 }
 
-func (m *countMsg) GetUUID() message.UUID                      { return m.UUID }
-func (m *countMsg) SetUUID(u message.UUID)                     { m.UUID = u }
+func (m *countMsg) GetUUID() message.UUID                     { return m.UUID }
+func (m *countMsg) SetUUID(u message.UUID)                    { m.UUID = u }
 func (m *countMsg) NewAcknowledgement(string) message.Message { return &countMsg{} }
 
 // counter counts messages per key into a recorded Pebble store, reading
@@ -62,7 +62,6 @@ func (counter) Consume(sh *consumer.Shard, st store.Store, env consumer.Envelope
 }
 
 func (counter) FinalizeTxn(*consumer.Shard, store.Store) error { return nil }
-
 
 func readCount(r pebble.Reader, key []byte) (uint64, error) {
 	v, closer, err := r.Get(key)

@@ -55,7 +55,7 @@ type Publisher struct {
 	// is cleared; publishes wait for it rather than fail.
 	unsealed *sync.Cond
 	buf      bytes.Buffer
-	w      *bufio.Writer
+	w        *bufio.Writer
 }
 
 // ErrAckPending is returned by publishes between BuildAckIntents and

@@ -390,12 +390,17 @@ func (jf *journalsFlags) apply(ctx context.Context, c *client.Client, batch []ch
 }
 
 func printChange(w io.Writer, ch change, dryRun bool) {
-	verb := ch.action
-	if dryRun && ch.action != "unchanged" {
-		verb = "would be " + ch.action
+	printChangeOf(w, ch.name, ch.action, ch.diff, dryRun)
+}
+
+// printChangeOf prints what an apply does (or would do) to one spec.
+func printChangeOf(w io.Writer, name, action string, diff []string, dryRun bool) {
+	verb := action
+	if dryRun && action != "unchanged" {
+		verb = "would be " + action
 	}
-	fmt.Fprintf(w, "%s: %s\n", ch.name, verb)
-	for _, d := range ch.diff {
+	fmt.Fprintf(w, "%s: %s\n", name, verb)
+	for _, d := range diff {
 		fmt.Fprintf(w, "  %s\n", d)
 	}
 }
@@ -403,7 +408,12 @@ func printChange(w io.Writer, ch change, dryRun bool) {
 // specDiff describes the fields that differ between two specs, as their
 // spec-file paths: "fragment.length: 128MiB → 64MiB".
 func specDiff(old, new *protocol.JournalSpec) []string {
-	a, b := specFields(old), specFields(new)
+	return fieldsDiff(specFields(old), specFields(new))
+}
+
+// fieldsDiff describes the fields of two flattened specs (path → value)
+// that differ, sorted: "path: old → new".
+func fieldsDiff(a, b map[string]string) []string {
 	keys := make(map[string]bool)
 	for k := range a {
 		keys[k] = true

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -705,35 +704,13 @@ func (c *shardsClient) apply(ctx context.Context, batch []shardChange) error {
 }
 
 func printShardChange(w io.Writer, ch shardChange, dryRun bool) {
-	verb := ch.action
-	if dryRun && ch.action != "unchanged" {
-		verb = "would be " + ch.action
-	}
-	fmt.Fprintf(w, "%s: %s\n", ch.id, verb)
-	for _, d := range ch.diff {
-		fmt.Fprintf(w, "  %s\n", d)
-	}
+	printChangeOf(w, ch.id, ch.action, ch.diff, dryRun)
 }
 
 // shardSpecDiff describes the fields that differ between two specs, as
 // their shard-file paths: "hotStandbys: 0 → 1".
 func shardSpecDiff(old, new *consumer.ShardSpec) []string {
-	a, b := shardSpecFields(old), shardSpecFields(new)
-	keys := make(map[string]bool)
-	for k := range a {
-		keys[k] = true
-	}
-	for k := range b {
-		keys[k] = true
-	}
-	var out []string
-	for k := range keys {
-		if a[k] != b[k] {
-			out = append(out, fmt.Sprintf("%s: %s → %s", k, orUnset(a[k]), orUnset(b[k])))
-		}
-	}
-	sort.Strings(out)
-	return out
+	return fieldsDiff(shardSpecFields(old), shardSpecFields(new))
 }
 
 // shardSpecFields flattens a spec's shard-file form into field paths and
