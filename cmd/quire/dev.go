@@ -30,6 +30,7 @@ import (
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/internal/devetcd"
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -78,7 +79,7 @@ publish' and 'query'. Ctrl-C stops it.`,
 	fl.StringVar(&f.dir, "dir", ".quire", "directory of the cluster's data")
 	fl.IntVar(&f.port, "port", 7700, "loopback port of the broker's gRPC")
 	fl.IntVar(&f.etcdPort, "etcd-port", 7701, "loopback port of etcd's clients")
-	fl.IntVar(&f.etcdPeerPort, "etcd-peer-port", 0, "loopback port of etcd's peer listener (default --etcd-port + 1)")
+	fl.IntVar(&f.etcdPeerPort, "etcd-peer-port", 0, "loopback port of etcd's peer listener (default: the first port after --etcd-port that no other flag takes, 7703)")
 	fl.IntVar(&f.consumerPort, "consumer-port", 7702, "loopback port of the word-count consumer's gRPC")
 	return cmd
 }
@@ -86,6 +87,9 @@ publish' and 'query'. Ctrl-C stops it.`,
 func (f *devFlags) validate() error {
 	if f.etcdPeerPort == 0 {
 		f.etcdPeerPort = f.etcdPort + 1
+		for f.etcdPeerPort == f.port || f.etcdPeerPort == f.consumerPort {
+			f.etcdPeerPort++
+		}
 	}
 	ports := []struct {
 		flag string
@@ -260,7 +264,7 @@ func startDevConsumer(ctx context.Context, d devCluster) (*devConsumer, error) {
 		journals.Close()
 		return nil, err
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(rpcbuf.ServerOptions()...)
 	protocol.RegisterShardServer(gs, srv)
 	wordcount.App{}.Register(gs, srv)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -348,3 +348,28 @@ func TestDevWordCountSurvivesKill9(t *testing.T) {
 		t.Fatalf("quire dev exited %d; stderr: %s", code, dev.stderr)
 	}
 }
+
+// quire dev's default ports must be valid together: the README's first
+// command runs it with no flags.
+func TestDevDefaultPorts(t *testing.T) {
+	flags := newDevCommand().Flags()
+	port := func(name string) int {
+		p, err := flags.GetInt(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	f := devFlags{dir: ".quire", port: port("port"), etcdPort: port("etcd-port"),
+		etcdPeerPort: port("etcd-peer-port"), consumerPort: port("consumer-port")}
+	if err := f.validate(); err != nil {
+		t.Fatalf("quire dev's default flags are refused: %v", err)
+	}
+	if f.etcdPeerPort != 7703 {
+		t.Errorf("default --etcd-peer-port %d, want 7703 (the first after --etcd-port 7701 that --consumer-port 7702 does not take)", f.etcdPeerPort)
+	}
+	f = devFlags{dir: ".quire", port: 7702, etcdPort: 7701, consumerPort: 7703}
+	if err := f.validate(); err != nil || f.etcdPeerPort != 7704 {
+		t.Errorf("--port 7702 --etcd-port 7701 --consumer-port 7703: peer port %d (err %v), want 7704", f.etcdPeerPort, err)
+	}
+}
