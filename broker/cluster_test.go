@@ -21,6 +21,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -77,7 +78,7 @@ func (c *cluster) start(name, dir string) *testBroker {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	b := &testBroker{name: name, srv: srv, grpc: grpc.NewServer(), dir: dir,
+	b := &testBroker{name: name, srv: srv, grpc: grpc.NewServer(rpcbuf.ServerOptions()...), dir: dir,
 		drain: make(chan struct{}), done: make(chan error, 1)}
 	protocol.RegisterJournalServer(b.grpc, srv)
 	go b.grpc.Serve(lis)
@@ -90,7 +91,7 @@ func (c *cluster) start(name, dir string) *testBroker {
 		}
 		b.done <- err
 	}()
-	if b.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	if b.conn, err = grpc.NewClient(lis.Addr().String(), append(rpcbuf.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...); err != nil {
 		c.t.Fatal(err)
 	}
 	c.brokers[name] = b

@@ -20,6 +20,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -326,7 +327,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	if err != nil {
 		return UsageError{err}
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(rpcbuf.ServerOptions()...)
 	protocol.RegisterShardServer(gs, srv)
 	if r, ok := app.(Registerer); ok {
 		r.Register(gs, srv)

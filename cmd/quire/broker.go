@@ -21,6 +21,7 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -233,7 +234,7 @@ func dialEtcd(ctx context.Context, endpoints, prefix string) (*clientv3.Client, 
 func serveBroker(ctx context.Context, drain <-chan struct{}, srv *broker.Server, lis net.Listener) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(rpcbuf.ServerOptions()...)
 	protocol.RegisterJournalServer(gs, srv)
 	served := make(chan struct{})
 	go func() {

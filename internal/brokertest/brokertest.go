@@ -22,6 +22,7 @@ import (
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -80,7 +81,7 @@ func (c *Cluster) Start(name string) *Broker {
 		}
 		c.t.Cleanup(func() { os.RemoveAll(dir) })
 	}
-	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(), done: make(chan error, 1)}
+	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(rpcbuf.ServerOptions()...), done: make(chan error, 1)}
 	srv, err := broker.New(broker.Config{Etcd: c.Etcd, Root: c.Root, Zone: "z" + name, Suffix: name,
 		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: 3 * time.Second, Logger: quiet})
 	if err != nil {
@@ -129,23 +130,41 @@ func (c *Cluster) Client(b *Broker) *client.Client {
 // an append (it has a primary).
 func (c *Cluster) Journals(cl *client.Client, r int32, names ...string) {
 	c.t.Helper()
+	specs := make([]*protocol.JournalSpec, len(names))
+	for i, n := range names {
+		specs[i] = &protocol.JournalSpec{Name: n, Replication: r}
+	}
+	c.Apply(cl, specs...)
+}
+
+// Apply creates or updates journals with the given specs, then waits
+// until each has a route.
+func (c *Cluster) Apply(cl *client.Client, specs ...*protocol.JournalSpec) {
+	c.t.Helper()
+	Apply(c.t, cl, specs...)
+}
+
+// Apply creates or updates journals with the given specs through cl, of
+// any cluster, then waits until each has a route.
+func Apply(t testing.TB, cl *client.Client, specs ...*protocol.JournalSpec) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := &protocol.ApplyRequest{}
-	for _, n := range names {
-		req.Changes = append(req.Changes, &protocol.ApplyRequest_Change{Upsert: &protocol.JournalSpec{Name: n, Replication: r}})
+	for _, s := range specs {
+		req.Changes = append(req.Changes, &protocol.ApplyRequest_Change{Upsert: s})
 	}
 	if _, err := cl.Apply(ctx, req); err != nil {
-		c.t.Fatalf("creating journals %v: %v", names, err)
+		t.Fatalf("applying journals: %v", err)
 	}
-	for _, n := range names {
+	for _, s := range specs {
 		for {
-			list, err := cl.List(ctx, &protocol.ListRequest{Selector: "name=" + n})
+			list, err := cl.List(ctx, &protocol.ListRequest{Selector: "name=" + s.Name})
 			if err == nil && len(list.Journals) == 1 && len(list.Journals[0].Route.GetMembers()) != 0 {
 				break
 			}
 			if ctx.Err() != nil {
-				c.t.Fatalf("journal %s has no route: %v", n, err)
+				t.Fatalf("journal %s has no route: %v", s.Name, err)
 			}
 			time.Sleep(10 * time.Millisecond) // Polling the allocator's progress.
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -24,7 +25,7 @@ func (p *Pool) Get(endpoint string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[endpoint]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(endpoint, append(rpcbuf.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing %s: %w", endpoint, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -81,7 +82,7 @@ func (f *Fleet) Start(name, zone string) *Process {
 	if ttl == 0 {
 		ttl = 3 * time.Second
 	}
-	p := &Process{Name: name, Zone: zone, Endpoint: lis.Addr().String(), grpc: grpc.NewServer(),
+	p := &Process{Name: name, Zone: zone, Endpoint: lis.Addr().String(), grpc: grpc.NewServer(rpcbuf.ServerOptions()...),
 		drain: make(chan struct{}), done: make(chan error, 1)}
 	cfg := consumer.Config{App: f.App, Etcd: f.Etcd, Journals: f.Journals, Root: f.Root,
 		Zone: zone, Suffix: name, Endpoint: p.Endpoint, Dir: f.t.TempDir(), LeaseTTL: ttl, Logger: quiet}
