@@ -41,7 +41,7 @@ func benchCluster(b *testing.B, n int, edit func(*protocol.JournalSpec)) (*clust
 // replication (replicas share the machine's cores).
 func BenchmarkAppend(b *testing.B) {
 	for _, r := range []int{1, 3} {
-		for _, size := range []int{1 << 10, 64 << 10} {
+		for _, size := range []int{1 << 10, 64 << 10, 192 << 10} {
 			for _, writers := range []int{1, 16} {
 				b.Run(fmt.Sprintf("r%d/%dKiB/writers%d", r, size>>10, writers), func(b *testing.B) {
 					benchAppend(b, r, size, writers, nil)

@@ -1,11 +1,13 @@
 package recoverylog
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,13 +15,19 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/brokertest"
+	"github.com/quire-dev/quire/protocol"
 )
 
 // writeHeavy writes n batches of 100 keys with 1 KiB values, each batch
-// synced: a write-heavy workload whose every commit is durable.
-func writeHeavy(b *testing.B, db *pebble.DB, rng *rand.Rand, n int) {
+// synced: a write-heavy workload whose every commit is durable. Pipelined,
+// each batch's commit waits for its sync only after the next batch is
+// written and applied, as a consumer's transactions commit (see
+// store.Pipeliner); otherwise each commit waits for its sync at once.
+func writeHeavy(b *testing.B, db *pebble.DB, rng *rand.Rand, n int, pipelined bool) {
 	value := make([]byte, 1024)
+	var prev *pebble.Batch
 	for i := range n {
 		batch := db.NewBatch()
 		for j := range 100 {
@@ -30,9 +38,29 @@ func writeHeavy(b *testing.B, db *pebble.DB, rng *rand.Rand, n int) {
 				b.Fatal(err)
 			}
 		}
-		if err := batch.Commit(pebble.Sync); err != nil {
+		if !pipelined {
+			if err := batch.Commit(pebble.Sync); err != nil {
+				b.Fatal(err)
+			}
+			batch.Close()
+			continue
+		}
+		if err := db.ApplyNoSyncWait(batch, pebble.Sync); err != nil {
 			b.Fatal(err)
 		}
+		if prev != nil {
+			if err := prev.SyncWait(); err != nil {
+				b.Fatal(err)
+			}
+			prev.Close()
+		}
+		prev = batch
+	}
+	if prev != nil {
+		if err := prev.SyncWait(); err != nil {
+			b.Fatal(err)
+		}
+		prev.Close()
 	}
 }
 
@@ -44,7 +72,11 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-var benchSpools = flag.String("bench.spools", "", "directory for the brokers' spools in benchmarks (e.g. /dev/shm)")
+var (
+	benchSpools = flag.String("bench.spools", "", "directory for the brokers' spools in benchmarks (e.g. /dev/shm)")
+	benchBroker = flag.String("bench.broker", "", "endpoint of a broker to record to (e.g. quire dev's 127.0.0.1:7700) instead of one in the benchmark's process")
+	benchCodec  = flag.String("bench.codec", "zstd", "fragment codec of the benchmarks' recovery logs (none, gzip, zstd, snappy)")
+)
 
 func benchOptions(fs vfs.FS) *pebble.Options {
 	return &pebble.Options{FS: fs, Logger: quietLogger{}}
@@ -55,52 +87,45 @@ func benchOptions(fs vfs.FS) *pebble.Options {
 // reports the CPU time of the process per batch (Pebble's, and the
 // broker's and client's when recorded: on a busy machine, throughput
 // follows it), and for the recorder its appends and log bytes per batch.
-//
-// With -bench.spools=/dev/shm the broker keeps its spools in memory, off
-// the disk Pebble syncs to, as a broker on another machine would; on a
-// single disk, the broker's writes otherwise slow Pebble's fsyncs.
+// See benchBrokerClient for the broker.
 func BenchmarkPebbleWrites(b *testing.B) {
-	c := brokertest.New(b)
-	if *benchSpools != "" {
-		c.SpoolRoot = *benchSpools
-		store, err := os.MkdirTemp(*benchSpools, "quire-store-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer os.RemoveAll(store)
-		c.Store = "file://" + store + "/"
-	}
-	cl := c.Client(c.Start("b1"))
+	cl, apply := benchBrokerClient(b)
 	runs := 0
-	for _, recorded := range []bool{false, true} {
-		b.Run(fmt.Sprintf("recorded=%v", recorded), func(b *testing.B) {
-			dir := filepath.Join(b.TempDir(), "db")
-			var fs vfs.FS = vfs.Default
-			if recorded {
-				runs++ // Each run records into a new log.
-				journal := fmt.Sprintf("bench/writes-%d", runs)
-				c.Journals(cl, 1, journal)
-				fs = newRecorder(b, cl, journal, dir, "bench", nil)
-			}
-			db, err := pebble.Open(dir, benchOptions(fs))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
-			b.SetBytes(100 * (1024 + 12))
-			cpu := cpuTime()
-			b.ResetTimer()
-			writeHeavy(b, db, rand.New(rand.NewPCG(1, 2)), b.N)
-			b.StopTimer()
-			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
-			if rec, ok := fs.(*Recorder); ok {
-				rec.mu.Lock()
-				st := rec.stats
-				rec.mu.Unlock()
-				b.ReportMetric(float64(st.flights)/float64(b.N), "appends/op")
-				b.ReportMetric(float64(st.bytes)/float64(b.N), "log-B/op")
-			}
-		})
+	for _, pipelined := range []bool{false, true} {
+		for _, recorded := range []bool{false, true} {
+			b.Run(fmt.Sprintf("pipelined=%v/recorded=%v", pipelined, recorded), func(b *testing.B) {
+				benchPebbleWrites(b, cl, apply, &runs, pipelined, recorded)
+			})
+		}
+	}
+}
+
+func benchPebbleWrites(b *testing.B, cl *client.Client, apply func(...*protocol.JournalSpec), runs *int, pipelined, recorded bool) {
+	dir := filepath.Join(b.TempDir(), "db")
+	var fs vfs.FS = vfs.Default
+	if recorded {
+		*runs++ // Each run records into a new log.
+		journal := fmt.Sprintf("bench/writes-%d-%d", time.Now().UnixNano(), *runs)
+		apply(logSpec(b, journal, *benchCodec))
+		fs = newRecorder(b, cl, journal, dir, "bench", nil)
+	}
+	db, err := pebble.Open(dir, benchOptions(fs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	b.SetBytes(100 * (1024 + 12))
+	cpu := cpuTime()
+	b.ResetTimer()
+	writeHeavy(b, db, rand.New(rand.NewPCG(1, 2)), b.N, pipelined)
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	if rec, ok := fs.(*Recorder); ok {
+		rec.mu.Lock()
+		st := rec.stats
+		rec.mu.Unlock()
+		b.ReportMetric(float64(st.flights)/float64(b.N), "appends/op")
+		b.ReportMetric(float64(st.bytes)/float64(b.N), "log-B/op")
 	}
 }
 
@@ -115,7 +140,7 @@ func BenchmarkPlayback(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	writeHeavy(b, db, rand.New(rand.NewPCG(1, 2)), 400)
+	writeHeavy(b, db, rand.New(rand.NewPCG(1, 2)), 400, false)
 	if err := db.Close(); err != nil {
 		b.Fatal(err)
 	}
@@ -239,4 +264,45 @@ func BenchmarkReplayHorizon(b *testing.B) {
 			b.ReportMetric(float64(size)/float64(dbSize), "read/db")
 		})
 	}
+}
+
+// logSpec is the spec of a recovery log journal (replication 1) whose
+// fragments are compressed with the named codec.
+func logSpec(b *testing.B, journal, codec string) *protocol.JournalSpec {
+	c, ok := protocol.Codec_value["CODEC_"+strings.ToUpper(codec)]
+	if !ok {
+		b.Fatalf("-bench.codec=%q: not a codec (none, gzip, zstd, snappy)", codec)
+	}
+	return &protocol.JournalSpec{Name: journal, Replication: 1, Fragment: &protocol.JournalSpec_Fragment{Codec: protocol.Codec(c)}}
+}
+
+// benchBrokerClient returns a client of the broker that -bench.broker
+// names, or of a broker it starts in the process (and etcd with it), and a
+// function that creates journals there.
+//
+// With -bench.spools=/dev/shm the in-process broker keeps its spools in
+// memory, off the disk Pebble syncs to, as a broker on another machine
+// would; on a single disk, the broker's writes otherwise slow Pebble's
+// fsyncs.
+func benchBrokerClient(b *testing.B) (*client.Client, func(...*protocol.JournalSpec)) {
+	if *benchBroker != "" {
+		cl, err := client.New(context.Background(), client.Config{Broker: *benchBroker})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cl.Close() })
+		return cl, func(specs ...*protocol.JournalSpec) { brokertest.Apply(b, cl, specs...) }
+	}
+	c := brokertest.New(b)
+	if *benchSpools != "" {
+		c.SpoolRoot = *benchSpools
+		store, err := os.MkdirTemp(*benchSpools, "quire-store-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(store) })
+		c.Store = "file://" + store + "/"
+	}
+	cl := c.Client(c.Start("b1"))
+	return cl, func(specs ...*protocol.JournalSpec) { c.Apply(cl, specs...) }
 }
