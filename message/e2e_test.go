@@ -184,3 +184,72 @@ func TestReaderResumesFromCheckpoint(t *testing.T) {
 		t.Fatalf("read across restarts %q, want %q", got, want[:10+5+6])
 	}
 }
+
+// A Reader that does not block returns io.EOF at the write head and goes
+// on from there at its next call; a blocking one delivers messages as they
+// are published, until its context ends.
+func TestReaderTail(t *testing.T) {
+	cl := brokertest.New(t)
+	c := cl.Client(cl.Start("b1"))
+	cl.Journals(c, 1, "events/tail")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	appender := c.NewAppender(ctx, client.AppenderConfig{})
+	defer appender.Close()
+	p := message.NewPublisher(appender, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))
+	publish := func(body string) {
+		h, err := p.PublishCommitted(ctx, "events/tail", &event{Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, h)
+	}
+
+	// Not blocking: io.EOF at the write head, then what came since.
+	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "events/tail", Framing: message.JSONLines, New: newEvent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish("one")
+	if d, err := r.Next(); err != nil || d.Message.(*event).Body != "one" {
+		t.Fatalf("first Next: %v, %v; want one", d.Message, err)
+	}
+	if _, err := r.Next(); !errors.Is(err, io.EOF) {
+		t.Fatalf("Next at the write head: %v, want io.EOF", err)
+	}
+	publish("two")
+	if d, err := r.Next(); err != nil || d.Message.(*event).Body != "two" {
+		t.Fatalf("Next after io.EOF and a publish: %v, %v; want two", d.Message, err)
+	}
+	r.Close()
+
+	// Blocking: Next waits for the next message, until its context ends.
+	tailCtx, stop := context.WithCancel(ctx)
+	tail, err := message.NewReader(tailCtx, c, message.ReaderConfig{Journal: "events/tail", Framing: message.JSONLines, New: newEvent, Block: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"one", "two"} {
+		if d, err := tail.Next(); err != nil || d.Message.(*event).Body != want {
+			t.Fatalf("tail: %v, %v; want %s", d.Message, err, want)
+		}
+	}
+	got := make(chan error, 1)
+	go func() {
+		d, err := tail.Next()
+		if err == nil && d.Message.(*event).Body != "three" {
+			err = errors.New("got " + d.Message.(*event).Body + ", want three")
+		}
+		got <- err
+	}()
+	publish("three")
+	if err := <-got; err != nil {
+		t.Fatalf("tail, waiting for three: %v", err)
+	}
+	go func() { _, err := tail.Next(); got <- err }()
+	stop()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next waiting when its context ended: %v, want context.Canceled", err)
+	}
+	tail.Close()
+}
