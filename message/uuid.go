@@ -229,22 +229,16 @@ func parseUUID[T string | []byte](text T, allowNil bool) (UUID, error) {
 			return u, fmt.Errorf("message: UUID %q has %q at offset %d, want \"-\"", text, text[i:i+1], i)
 		}
 	}
-	j := 0
-	for i := 0; i < len(u); i++ {
-		if j == 8 || j == 13 || j == 18 || j == 23 {
-			j++
-		}
-		hi, ok1 := unhex(text[j])
-		lo, ok2 := unhex(text[j+1])
-		if !ok1 || !ok2 {
+	for i, j := range uuidHexOffsets {
+		hi, lo := hexValue[text[j]], hexValue[text[j+1]]
+		if hi|lo > 0xf {
 			bad := j
-			if ok1 {
+			if hi <= 0xf {
 				bad = j + 1
 			}
 			return UUID{}, fmt.Errorf("message: UUID %q has %q at offset %d, want a hex digit", text, text[bad:bad+1], bad)
 		}
 		u[i] = hi<<4 | lo
-		j += 2
 	}
 	if allowNil && u.IsZero() {
 		return u, nil
@@ -258,18 +252,26 @@ func parseUUID[T string | []byte](text T, allowNil bool) (UUID, error) {
 	return u, nil
 }
 
-// unhex returns the value of hex digit c.
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
+// uuidHexOffsets are the offsets in a UUID's text of the digits of its
+// bytes, in order.
+var uuidHexOffsets = [16]int{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
+
+// hexValue maps a hex digit to its value, and any other byte to 0xff.
+var hexValue = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case '0' <= c && c <= '9':
+			t[c] = byte(c - '0')
+		case 'a' <= c && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		case 'A' <= c && c <= 'F':
+			t[c] = byte(c - 'A' + 10)
+		default:
+			t[c] = 0xff
+		}
 	}
-	return 0, false
-}
+	return t
+}()
 
 // shortText returns text, cut to at most 40 bytes, for an error message.
 func shortText[T string | []byte](text T) string {
