@@ -2,16 +2,12 @@ package consumer_test
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
@@ -25,63 +21,15 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
 
-// countMsg is the counting application's message: one occurrence of Key.
-type countMsg struct {
-	UUID message.UUID `json:"uuid"`
-	Key  string       `json:"key,omitempty"`
-	// Fail makes Consume fail, for tests of FAILED shards.
-	Fail bool `json:"fail,omitempty"`
-}
+// countMsg and counter: the counting application of consumertest.
+type (
+	countMsg = consumertest.CountMsg
+	counter  = consumertest.Counter
+)
 
-func (m *countMsg) GetUUID() message.UUID                     { return m.UUID }
-func (m *countMsg) SetUUID(u message.UUID)                    { m.UUID = u }
-func (m *countMsg) NewAcknowledgement(string) message.Message { return &countMsg{} }
+var readCount = consumertest.ReadCount
 
-// counter counts messages per key into a recorded Pebble store, reading
-// and writing each count in the transaction's batch.
-type counter struct{}
-
-func (counter) NewStore(sh *consumer.Shard) (store.Store, error) {
-	return store.OpenPebble(sh.Dir(), sh.FS(), &pebble.Options{Logger: quietPebble{}})
-}
-
-func (counter) NewMessage(string) message.Message { return &countMsg{} }
-
-func (counter) Consume(sh *consumer.Shard, st store.Store, env consumer.Envelope) error {
-	m := env.Message.(*countMsg)
-	if m.Fail {
-		return fmt.Errorf("message at %s:%d asks to fail", env.Journal, env.Begin)
-	}
-	b := st.(*store.Pebble).Batch()
-	key := []byte("count/" + m.Key)
-	n, err := readCount(b, key)
-	if err != nil {
-		return err
-	}
-	return b.Set(key, binary.AppendUvarint(nil, n+1), nil)
-}
-
-func (counter) FinalizeTxn(*consumer.Shard, store.Store) error { return nil }
-
-func readCount(r pebble.Reader, key []byte) (uint64, error) {
-	v, closer, err := r.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
-	} else if err != nil {
-		return 0, err
-	}
-	defer closer.Close()
-	n, _ := binary.Uvarint(v)
-	return n, nil
-}
-
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any)  {}
-func (quietPebble) Errorf(string, ...any) {}
-func (quietPebble) Fatalf(f string, a ...any) {
-	panic(fmt.Sprintf(f, a...))
-}
+type quietPebble = consumertest.QuietPebble
 
 // cluster is 3 brokers and a consumer fleet of the counter.
 type cluster struct {

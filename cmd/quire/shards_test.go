@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,65 +25,7 @@ import (
 	"github.com/quire-dev/quire/message"
 	"github.com/quire-dev/quire/protocol"
 	"github.com/quire-dev/quire/recoverylog"
-	"github.com/quire-dev/quire/store"
 )
-
-// ---- a counting application, for the shards commands' tests ----
-
-// scMsg is one occurrence of Key; Fail makes the shard fail.
-type scMsg struct {
-	UUID message.UUID `json:"uuid"`
-	Key  string       `json:"key,omitempty"`
-	Fail bool         `json:"fail,omitempty"`
-}
-
-func (m *scMsg) GetUUID() message.UUID                     { return m.UUID }
-func (m *scMsg) SetUUID(u message.UUID)                    { m.UUID = u }
-func (m *scMsg) NewAcknowledgement(string) message.Message { return &scMsg{} }
-
-// scCounter counts messages per key, at count/KEY, in a recorded Pebble
-// store.
-type scCounter struct{}
-
-func (scCounter) NewStore(sh *consumer.Shard) (store.Store, error) {
-	return store.OpenPebble(sh.Dir(), sh.FS(), &pebble.Options{Logger: scQuietPebble{}})
-}
-
-func (scCounter) NewMessage(string) message.Message { return &scMsg{} }
-
-func (scCounter) Consume(sh *consumer.Shard, st store.Store, env consumer.Envelope) error {
-	m := env.Message.(*scMsg)
-	if m.Fail {
-		return fmt.Errorf("message at %s:%d asks to fail", env.Journal, env.Begin)
-	}
-	b := st.(*store.Pebble).Batch()
-	key := []byte("count/" + m.Key)
-	n, err := scReadCount(b, key)
-	if err != nil {
-		return err
-	}
-	return b.Set(key, binary.AppendUvarint(nil, n+1), nil)
-}
-
-func (scCounter) FinalizeTxn(*consumer.Shard, store.Store) error { return nil }
-
-func scReadCount(r pebble.Reader, key []byte) (uint64, error) {
-	v, closer, err := r.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
-	} else if err != nil {
-		return 0, err
-	}
-	defer closer.Close()
-	n, _ := binary.Uvarint(v)
-	return n, nil
-}
-
-type scQuietPebble struct{}
-
-func (scQuietPebble) Infof(string, ...any)      {}
-func (scQuietPebble) Errorf(string, ...any)     {}
-func (scQuietPebble) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
 
 // shardsCluster is a broker and a fleet of two counting processes.
 type shardsCluster struct {
@@ -104,7 +45,7 @@ func startShardsCluster(t *testing.T) *shardsCluster {
 	b := bc.Start("b1")
 	cl := bc.Client(b)
 	root := strings.TrimSuffix(bc.Root, "/") + "-consumers/"
-	fleet := consumertest.New(t, bc.Etcd, cl, root, scCounter{})
+	fleet := consumertest.New(t, bc.Etcd, cl, root, consumertest.Counter{})
 	fleet.Configure = func(cfg *consumer.Config) { cfg.HintInterval = 100 * time.Millisecond }
 	p := fleet.Start("c1", "za")
 	fleet.Start("c2", "zb")
@@ -130,7 +71,7 @@ func (c *shardsCluster) must(stdin io.Reader, args ...string) result {
 	return r
 }
 
-func (c *shardsCluster) publish(journal string, msgs ...*scMsg) {
+func (c *shardsCluster) publish(journal string, msgs ...*consumertest.CountMsg) {
 	c.t.Helper()
 	var last *client.AppendHandle
 	for _, m := range msgs {
@@ -236,12 +177,12 @@ func replicaCodes(s shardListJSON) string {
 // recoveredCount opens a recovered store and reads the count of key.
 func recoveredCount(t *testing.T, dir, key string) uint64 {
 	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{Logger: scQuietPebble{}})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: consumertest.QuietPebble{}})
 	if err != nil {
 		t.Fatalf("opening the recovered store in %s: %v", dir, err)
 	}
 	defer db.Close()
-	n, err := scReadCount(db, []byte("count/"+key))
+	n, err := consumertest.ReadCount(db, []byte("count/"+key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,9 +247,9 @@ func TestShardsCommands(t *testing.T) {
 
 	// Counting; list shows the primary, the standby and no lag.
 	for i := range 100 {
-		c.publish("counts/in-0", &scMsg{Key: fmt.Sprintf("k%d", i%5)})
+		c.publish("counts/in-0", &consumertest.CountMsg{Key: fmt.Sprintf("k%d", i%5)})
 	}
-	c.publish("counts/in-1", &scMsg{Key: "x"})
+	c.publish("counts/in-1", &consumertest.CountMsg{Key: "x"})
 	c.readThrough("counts/shard-0", "counts/in-0")
 	c.readThrough("counts/shard-1", "counts/in-1")
 	waitUntil(t, "shard-0's standby", func() (bool, string) {
@@ -422,7 +363,7 @@ func TestShardsCommands(t *testing.T) {
 	}
 
 	// A failed shard: listed with its error; unassign --failed.
-	c.publish("counts/in-1", &scMsg{Fail: true})
+	c.publish("counts/in-1", &consumertest.CountMsg{Fail: true})
 	waitUntil(t, "shard-1 to fail", func() (bool, string) {
 		s := c.list()["counts/shard-1"]
 		return s.Status.Code == "FAILED", s.Status.Code
