@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,25 +14,43 @@ import (
 	"github.com/quire-dev/quire/message"
 )
 
-// BenchmarkPublishRead publishes b.N small JSON messages (about 100 bytes
-// framed) through one broker and reads them back, reporting messages per
-// second each way, of wall time and of the process's CPU time (broker and
-// etcd included; see cpuTime); BenchmarkRawAppendRead moves the same bytes
-// without the message layer, for comparison.
+// benchFramings are the framings of the end-to-end benchmarks, and a
+// new message of each.
+var benchFramings = []struct {
+	name string
+	f    message.Framing
+	new  func() message.Message
+}{
+	{"json", message.JSONLines, func() message.Message { return &framingJSONMessage{} }},
+	{"proto", message.Protobuf, func() message.Message { return newFramingProtoMessage() }},
+}
+
+// BenchmarkPublishRead publishes b.N small messages (about 100 bytes
+// framed, see benchMessages) through one broker and reads them back,
+// reporting messages per second each way, of wall time and of the
+// process's CPU time (broker and etcd included; see cpuTime), and the
+// whole cycle's time per message (ns/op); BenchmarkRawAppendRead moves
+// the same bytes without the message layer, for comparison.
 func BenchmarkPublishRead(b *testing.B) {
+	for _, bf := range benchFramings {
+		b.Run(bf.name, func(b *testing.B) { benchPublishRead(b, bf.f, bf.new) })
+	}
+}
+
+func benchPublishRead(b *testing.B, f message.Framing, newMsg func() message.Message) {
 	cl := brokertest.New(b)
 	c := cl.Client(cl.Start("b1"))
 	cl.Journals(c, 1, "bench/messages")
 	ctx := context.Background()
 	appender := c.NewAppender(ctx, client.AppenderConfig{})
-	p := message.NewPublisher(appender, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))
-	body := strings.Repeat("x", 40)
+	p := message.NewPublisher(appender, f, message.NewProducerID(), message.NewClock(time.Now()))
+	msgs := benchMessages(f, 1024)
 
 	b.ResetTimer()
 	start, cpu := time.Now(), cpuTime()
 	var last *client.AppendHandle
-	for range b.N {
-		h, err := p.PublishCommitted(ctx, "bench/messages", &event{Body: body})
+	for i := range b.N {
+		h, err := p.PublishCommitted(ctx, "bench/messages", msgs[i%len(msgs)])
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -46,7 +63,7 @@ func BenchmarkPublishRead(b *testing.B) {
 	appender.Close()
 
 	start, cpu = time.Now(), cpuTime()
-	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "bench/messages", Framing: message.JSONLines, New: newEvent})
+	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "bench/messages", Framing: f, New: newMsg})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,6 +87,12 @@ func BenchmarkPublishRead(b *testing.B) {
 }
 
 func BenchmarkRawAppendRead(b *testing.B) {
+	for _, bf := range benchFramings {
+		b.Run(bf.name, func(b *testing.B) { benchRawAppendRead(b, bf.f) })
+	}
+}
+
+func benchRawAppendRead(b *testing.B, f message.Framing) {
 	cl := brokertest.New(b)
 	c := cl.Client(cl.Start("b1"))
 	cl.Journals(c, 1, "bench/raw")
@@ -77,8 +100,9 @@ func BenchmarkRawAppendRead(b *testing.B) {
 	appender := c.NewAppender(ctx, client.AppenderConfig{})
 	var frame bytes.Buffer
 	w := bufio.NewWriter(&frame)
-	e := &event{UUID: message.BuildUUID(message.NewProducerID(), message.NewClock(time.Now()), message.OutsideTxn), Body: strings.Repeat("x", 40)}
-	message.JSONLines.Marshal(e, w)
+	if err := f.Marshal(benchMessages(f, 1)[0], w); err != nil {
+		b.Fatal(err)
+	}
 	w.Flush()
 
 	b.SetBytes(int64(frame.Len()))
