@@ -248,5 +248,9 @@ func TestBadRequests(t *testing.T) {
 	if resp, err := sc.Stat(ctx, &protocol.ShardStatRequest{Shard: "missing"}); err != nil || resp.Status != protocol.Status_SHARD_NOT_FOUND {
 		t.Errorf("Stat of a missing shard: %v %v; want SHARD_NOT_FOUND", resp, err)
 	}
+	ur, err := sc.Unassign(ctx, &protocol.UnassignRequest{Shards: []string{"missing", "also-missing"}})
+	if err != nil || ur.Status != protocol.Status_SHARD_NOT_FOUND || !slices.Equal(ur.Shards, []string{"also-missing", "missing"}) {
+		t.Errorf("Unassign of missing shards: %v %v; want SHARD_NOT_FOUND naming both", ur, err)
+	}
 	_ = fmt.Sprint
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -287,6 +288,18 @@ func (s *Server) Unassign(ctx context.Context, req *protocol.UnassignRequest) (*
 	}
 	state, _ := s.resolver.snapshot()
 	want := map[string]bool{}
+	for _, id := range req.Shards {
+		want[id] = true
+	}
+	// A shard that does not exist (a typo?) fails the whole request, naming
+	// it, rather than leaving the others to be unassigned alone.
+	for _, it := range state.Items {
+		delete(want, it.ID)
+	}
+	if len(want) != 0 {
+		return &protocol.UnassignResponse{Status: protocol.Status_SHARD_NOT_FOUND,
+			Shards: slices.Sorted(maps.Keys(want)), Header: s.header()}, nil
+	}
 	for _, id := range req.Shards {
 		want[id] = true
 	}

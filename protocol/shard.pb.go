@@ -611,7 +611,8 @@ func (x *GetHintsResponse) GetBackups() [][]byte {
 
 type UnassignRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Shards to unassign; all shards if empty.
+	// Shards to unassign; all shards if empty. If any does not exist, the
+	// request changes nothing and its status is SHARD_NOT_FOUND.
 	Shards []string `protobuf:"bytes,1,rep,name=shards,proto3" json:"shards,omitempty"`
 	// Unassign only shards with a FAILED replica (and only those replicas).
 	OnlyFailed bool `protobuf:"varint,2,opt,name=only_failed,json=onlyFailed,proto3" json:"only_failed,omitempty"`
@@ -676,7 +677,8 @@ type UnassignResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
 	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
-	// The shards whose assignments were removed (or would be, if dry_run).
+	// The shards whose assignments were removed (or would be, if dry_run);
+	// with SHARD_NOT_FOUND, the requested shards that do not exist.
 	Shards        []string `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
