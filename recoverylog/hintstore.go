@@ -95,13 +95,17 @@ func getAll(keys []string) []clientv3.Op {
 // PlayFirst plays the log into cfg.Dir from the first of candidates (hints,
 // newest first, as LoadHints returns them; a nil entry plays from the
 // log's start) that plays: a candidate whose log content is gone, or whose
-// playback fails otherwise, is logged and the next one is tried, in an
-// emptied directory. It returns the player that succeeded.
+// playback fails otherwise, is logged and the next one is tried, in the
+// directory emptied of what the failed one played. cfg.Dir must not exist
+// or be empty, as for NewPlayer: PlayFirst never removes what it did not
+// play. It returns the player that succeeded.
 func PlayFirst(ctx context.Context, cfg PlayerConfig, candidates []*Hints) (*Player, error) {
 	var errs []error
 	for i, h := range candidates {
-		if err := os.RemoveAll(cfg.Dir); err != nil {
-			return nil, fmt.Errorf("emptying %s for playback: %w", cfg.Dir, err)
+		if i > 0 {
+			if err := os.RemoveAll(cfg.Dir); err != nil {
+				return nil, fmt.Errorf("emptying %s for playback: %w", cfg.Dir, err)
+			}
 		}
 		c := cfg
 		c.Hints = h

@@ -2,7 +2,9 @@ package recoverylog
 
 import (
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -84,5 +86,19 @@ func TestPlayFirstFallsBack(t *testing.T) {
 	if _, err := PlayFirst(testContext(t), PlayerConfig{Client: cl, Journal: journal, Dir: filepath.Join(t.TempDir(), "none")},
 		[]*Hints{bad}); err == nil {
 		t.Fatal("playing only damaged hints succeeded")
+	}
+
+	// A directory that holds anything is refused, and left as it was.
+	busy := t.TempDir()
+	keep := filepath.Join(busy, "precious")
+	if err := os.WriteFile(keep, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PlayFirst(testContext(t), PlayerConfig{Client: cl, Journal: journal, Dir: busy}, []*Hints{nil}); err == nil ||
+		!strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("playing into a directory that is not empty: %v, want an error saying so", err)
+	}
+	if b, err := os.ReadFile(keep); err != nil || string(b) != "mine" {
+		t.Fatalf("after a refused playback, the directory's file reads %q, %v", b, err)
 	}
 }
