@@ -90,7 +90,7 @@ func (r *replica) append(ctx context.Context, stream protocol.Journal_AppendServ
 	if err := r.awaitReady(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.acquire(ctx); err != nil {
+	if err := r.acquireAt(ctx, first.Offset); err != nil {
 		return nil, err
 	}
 	spec, _, _ := r.view()
@@ -148,6 +148,51 @@ func (r *replica) pipelineWithRetry(ctx context.Context) (*pipeline, error) {
 		}
 		if !sleepCtx(ctx, backoff(attempt)) {
 			return nil, ctx.Err()
+		}
+	}
+}
+
+// offsetAheadWait is how long an append whose required offset is ahead of
+// the write head waits for the appends before it. A writer may so keep
+// several appends at consecutive offsets in flight, on separate streams,
+// whatever order the broker receives them in; one still ahead after the
+// wait is refused with WRONG_APPEND_OFFSET, as one behind is at once. A
+// variable, for tests, as is aheadHook, called as such an append waits.
+var (
+	offsetAheadWait = time.Second
+	aheadHook       = func() {}
+)
+
+// acquireAt takes the token; with an offset ahead of the write head, it
+// first waits until the head reaches it, or for offsetAheadWait.
+func (r *replica) acquireAt(ctx context.Context, offset *int64) error {
+	var deadline <-chan time.Time
+	for {
+		if err := r.acquire(ctx); err != nil {
+			return err
+		}
+		if offset == nil {
+			return nil
+		}
+		r.mu.Lock()
+		ahead, headCh := r.cur.End() < *offset, r.headCh
+		r.mu.Unlock()
+		if !ahead {
+			return nil
+		}
+		if deadline == nil {
+			t := time.NewTimer(offsetAheadWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		r.release()
+		aheadHook()
+		select {
+		case <-headCh:
+		case <-deadline:
+			return r.acquire(ctx) // checkAppend refuses it.
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

@@ -352,3 +352,63 @@ func TestMissingFragmentIsSkipped(t *testing.T) {
 		t.Fatalf("read across the removed fragment: %q, %v; want a jump past it to 7, not a failure", got, err)
 	}
 }
+
+// An append that requires an offset ahead of the write head waits for the
+// appends before it, so a writer may pipeline appends at consecutive
+// offsets; one whose predecessor never comes is refused, writing nothing.
+func TestAppendAheadWaitsForItsPredecessor(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, "log/ahead", 1)
+	head := c.appendRetry(b, "log/ahead", []byte("first ")).Commit.End
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	waiting := make(chan struct{}, 1)
+	aheadHook = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	defer func() { aheadHook = func() {} }()
+	type result struct {
+		resp *protocol.AppendResponse
+		err  error
+	}
+	second := []byte("second ")
+	third := make(chan result, 1)
+	go func() {
+		off := head + int64(len(second))
+		resp, err := appendOnce(ctx, b, &protocol.AppendRequest{Journal: "log/ahead", Offset: &off}, []byte("third"))
+		third <- result{resp, err}
+	}()
+	select {
+	case <-waiting:
+	case r := <-third:
+		t.Fatalf("an append ahead of the write head returned before its predecessor: %v %v", r.resp, r.err)
+	}
+	resp, err := appendOnce(ctx, b, &protocol.AppendRequest{Journal: "log/ahead", Offset: &head}, second)
+	if err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("the predecessor: %v %v", resp, err)
+	}
+	r := <-third
+	if r.err != nil || r.resp.Status != protocol.Status_OK || r.resp.Commit.Begin != head+int64(len(second)) {
+		t.Fatalf("the append that waited: %v %v", r.resp, r.err)
+	}
+	if got := string(c.readAll(b, "log/ahead")); got != "first second third" {
+		t.Fatalf("journal holds %q", got)
+	}
+
+	// No predecessor: refused once the wait is over.
+	defer func(d time.Duration) { offsetAheadWait = d }(offsetAheadWait)
+	offsetAheadWait = 50 * time.Millisecond
+	off := r.resp.Commit.End + 1
+	resp, err = appendOnce(ctx, b, &protocol.AppendRequest{Journal: "log/ahead", Offset: &off}, []byte("lost"))
+	if err != nil || resp.Status != protocol.Status_WRONG_APPEND_OFFSET {
+		t.Fatalf("an append ahead with no predecessor: %v %v, want WRONG_APPEND_OFFSET", resp, err)
+	}
+	if got := string(c.readAll(b, "log/ahead")); got != "first second third" {
+		t.Fatalf("after the refusal the journal holds %q", got)
+	}
+}

@@ -670,7 +670,8 @@ type AppendRequest struct {
 	// Fail with NOT_PRIMARY rather than proxy.
 	DoNotProxy bool `protobuf:"varint,3,opt,name=do_not_proxy,json=doNotProxy,proto3" json:"do_not_proxy,omitempty"`
 	// If set, the append fails with WRONG_APPEND_OFFSET unless the journal's
-	// write head is this offset.
+	// write head is this offset. An offset ahead of the write head waits, for
+	// up to a second, for the appends before it to commit.
 	Offset *int64 `protobuf:"varint,4,opt,name=offset,proto3,oneof" json:"offset,omitempty"`
 	// A selector the journal's registers must match, or the append fails with
 	// REGISTER_MISMATCH and writes nothing.

@@ -126,6 +126,7 @@ func benchPebbleWrites(b *testing.B, cl *client.Client, apply func(...*protocol.
 		rec.mu.Unlock()
 		b.ReportMetric(float64(st.flights)/float64(b.N), "appends/op")
 		b.ReportMetric(float64(st.bytes)/float64(b.N), "log-B/op")
+		b.ReportMetric(float64(st.resent)/float64(b.N), "resent/op")
 	}
 }
 

@@ -51,7 +51,7 @@
 // from an empty one); after a crash of the process alone, the machine's
 // page cache still holds every file.
 //
-// One append is in flight at a time; the ops recorded meanwhile go
+// Two appends are in flight at a time; the ops recorded meanwhile go
 // together in the next (a group commit). Every append requires the
 // log's write head to be where the recorder's previous append ended: the
 // log always holds a prefix of the recorder's ops, never a gap, and a
