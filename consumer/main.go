@@ -20,6 +20,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/protocol"
@@ -142,7 +143,7 @@ func usageArgs(c *cobra.Command) {
 type serveFlags struct {
 	etcd, prefix, zone, suffix string
 	listen, advertise, dir     string
-	broker                     string
+	broker, metrics            string
 	limit                      int
 	leaseTTL                   time.Duration
 }
@@ -197,6 +198,7 @@ over when its lease expires.`,
 	fl.StringVar(&f.advertise, "advertise", "", "host:port that other processes reach this one at (default: the address --listen bound, or HOSTNAME:PORT if it listens on all interfaces)")
 	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_CONSUMER_DIR"), "directory of the shards' local stores, emptied at start (env QUIRE_CONSUMER_DIR; default a temporary directory, removed at exit)")
 	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", DefaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	fl.StringVar(&f.metrics, "metrics", os.Getenv("QUIRE_METRICS"), "host:port serving Prometheus metrics at /metrics (env QUIRE_METRICS; default: none)")
 	fl.IntVar(&f.limit, "limit", DefaultLimit, "most shard replicas the process holds")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
 	return cmd
@@ -239,6 +241,11 @@ func (f *serveFlags) validate() error {
 	}
 	if err := validateHostPort("--broker", f.broker, false); err != nil {
 		return err
+	}
+	if f.metrics != "" {
+		if err := validateHostPort("--metrics", f.metrics, true); err != nil {
+			return err
+		}
 	}
 	if f.limit < 1 {
 		return usagef("--limit %d: want at least 1", f.limit)
@@ -332,6 +339,11 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	if r, ok := app.(Registerer); ok {
 		r.Register(gs, srv)
 	}
+	stopMetrics, err := metricsrv.Serve("--metrics", f.metrics)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	ctx, drain, stop := signals.Drain(ctx, "draining, handing shards to other processes")
 	defer stop()

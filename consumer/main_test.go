@@ -3,7 +3,9 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -43,7 +45,7 @@ func runMain(ctx context.Context, app consumer.Application, args ...string) erro
 
 func clearEnv(t *testing.T) {
 	for _, v := range []string{"QUIRE_ETCD", "QUIRE_CONSUMER_PREFIX", "QUIRE_ZONE", "QUIRE_SUFFIX",
-		"QUIRE_LISTEN", "QUIRE_CONSUMER_DIR", "QUIRE_BROKER"} {
+		"QUIRE_LISTEN", "QUIRE_CONSUMER_DIR", "QUIRE_BROKER", "QUIRE_METRICS"} {
 		t.Setenv(v, "")
 	}
 }
@@ -69,6 +71,7 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--advertise", "host:0"}, want: `--advertise "host:0"`},
 		{args: []string{"--broker", ""}, want: "--broker is empty"},
 		{args: []string{"--broker", "nowhere"}, want: `--broker "nowhere"`},
+		{args: []string{"--metrics", "9100"}, want: `--metrics "9100"`},
 		{args: []string{"--limit", "0"}, want: "--limit 0"},
 		{args: []string{"--limit", "many"}, want: `"many"`},
 		{args: []string{"--lease-ttl", "100ms"}, want: "--lease-ttl 100ms"},
@@ -78,6 +81,7 @@ func TestServeFlags(t *testing.T) {
 		{env: map[string]string{"QUIRE_CONSUMER_PREFIX": "nope"}, want: `--prefix "nope"`},
 		{env: map[string]string{"QUIRE_BROKER": "nowhere"}, want: `--broker "nowhere"`},
 		{env: map[string]string{"QUIRE_LISTEN": "here"}, want: `--listen "here"`},
+		{env: map[string]string{"QUIRE_METRICS": "here"}, want: `--metrics "here"`},
 		{env: map[string]string{"QUIRE_ZONE": "a b"}, want: "--zone"},
 		{env: map[string]string{"QUIRE_SUFFIX": "a#b"}, want: "--suffix"},
 		{env: map[string]string{"QUIRE_ETCD": " "}, want: "--etcd is empty"},
@@ -151,8 +155,10 @@ func TestServe(t *testing.T) {
 	root := strings.TrimSuffix(bc.Root, "/") + "-served/"
 	port := freePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	dir := t.TempDir()
 	t.Setenv("QUIRE_BROKER", b.Endpoint) // Flags fall back to the environment.
+	t.Setenv("QUIRE_METRICS", metricsAddr)
 	done := make(chan error, 1)
 	go func() {
 		done <- runMain(context.Background(), servedCounter{}, "serve", "--etcd", etcdtest.Shared(t).Endpoint(),
@@ -211,6 +217,16 @@ func TestServe(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// Its metrics are served, the recorder's among them: the shard's store
+	// was recorded as it opened.
+	metrics := scrape(t, "http://"+metricsAddr+"/metrics")
+	for _, name := range []string{"quire_consumer_txns_total", "quire_recoverylog_appends_total",
+		"quire_recoverylog_sync_seconds_count", "quire_recoverylog_appended_bytes_total"} {
+		if v, ok := metrics[name]; !ok || (name != "quire_consumer_txns_total" && v <= 0) {
+			t.Errorf("metric %s: %v (present %v), want a positive value", name, v, ok)
+		}
+	}
+
 	// Alone, the process could not hand its shard to another: delete it,
 	// so that the drain completes.
 	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{
@@ -258,4 +274,29 @@ func awaitMember(t *testing.T, etcd *clientv3.Client, key string, exists bool, d
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// scrape returns the unlabelled samples of the Prometheus text at url.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scraping %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scraping %s: %s %v", url, resp.Status, err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out
 }

@@ -332,5 +332,6 @@ type countingReader struct {
 func (c *countingReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n.Add(int64(n))
+	playedBytes.Add(float64(n))
 	return n, err
 }

@@ -61,6 +61,7 @@ func (p *Player) playHints(ctx context.Context) error {
 	p.fsm = h.fsm()
 	p.offset.Store(h.Offset)
 	p.bytesSkipped.Store(h.Offset - readBytes)
+	skippedBytes.Add(float64(h.Offset - readBytes))
 	return nil
 }
 

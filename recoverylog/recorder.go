@@ -392,8 +392,15 @@ func (r *Recorder) land() {
 		case r.err != nil: // Stopped: what lands after is moot.
 		case f.err != nil:
 			r.err = f.err
+			reason := "failed"
+			if errors.Is(f.err, ErrFenced) {
+				reason = "fenced"
+			}
+			recorderFailures.WithLabelValues(reason).Inc()
 		default:
 			r.committed = f.end
+			appendsTotal.Inc()
+			appendedBytes.Add(float64(f.end - f.begin))
 			if cap(f.data) <= 2*r.chunkMax && len(r.spares) < 2*r.maxFlights {
 				r.spares = append(r.spares, f.data[:0])
 			}
@@ -427,6 +434,13 @@ func (r *Recorder) wait(end int64) error {
 
 // flush appends every op recorded so far.
 func (r *Recorder) flush() error { return r.wait(r.startSync()) }
+
+// timedFlush is flush for a file's sync, whose wait it measures.
+func (r *Recorder) timedFlush() {
+	start := time.Now()
+	r.flush()
+	syncSeconds.Observe(time.Since(start).Seconds())
+}
 
 // append appends f's chunk, which must land at f.begin, after every op
 // of the recorder before it, and while the log's author is the recorder.
@@ -736,8 +750,8 @@ type syncedFile struct {
 
 // Sync and SyncData wait until the pending ops are in the log. They never
 // fail: a recorder that failed has Err set, and is the base FS.
-func (f *syncedFile) Sync() error     { f.r.flush(); return nil }
-func (f *syncedFile) SyncData() error { f.r.flush(); return nil }
+func (f *syncedFile) Sync() error     { f.r.timedFlush(); return nil }
+func (f *syncedFile) SyncData() error { f.r.timedFlush(); return nil }
 
 // SyncTo starts appending the pending ops, and returns without waiting:
 // fullSync false promises nothing durable (Pebble syncs a file before it

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -21,6 +19,7 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/protocol"
@@ -189,7 +188,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", f.listen, err)
 	}
-	stopMetrics, err := serveMetrics(f.metrics)
+	stopMetrics, err := metricsrv.Serve("--metrics", f.metrics)
 	if err != nil {
 		lis.Close()
 		return err
@@ -265,33 +264,4 @@ func stopGRPC(gs *grpc.Server, timeout time.Duration) {
 		gs.Stop()
 		<-done
 	}
-}
-
-// serveMetrics serves Prometheus metrics at addr/metrics, if addr is not
-// empty. The returned function stops it.
-func serveMetrics(addr string) (stop func(), err error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.Handler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			slog.Error("serving metrics", "addr", addr, "err", err)
-		}
-	}()
-	slog.Info("serving metrics", "url", "http://"+lis.Addr().String()+"/metrics")
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		hs.Shutdown(ctx)
-		<-done
-	}, nil
 }

@@ -1,0 +1,24 @@
+package recoverylog
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	appendsTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_recoverylog_appends_total", Help: "Appends of recorded ops committed to recovery logs."})
+	appendedBytes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_recoverylog_appended_bytes_total", Help: "Bytes of recorded ops committed to recovery logs."})
+	syncSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name: "quire_recoverylog_sync_seconds", Help: "Time a sync of a recorded file waited for the recovery log.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)})
+	recorderFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "quire_recoverylog_recorder_failures_total",
+		Help: "Recorders stopped by a failed append: fenced (another recorder took over the log) or failed."},
+		[]string{"reason"})
+	playedBytes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_recoverylog_played_bytes_total", Help: "Recovery-log bytes read by players."})
+	skippedBytes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_recoverylog_skipped_bytes_total", Help: "Recovery-log bytes that players skipped, as their hints allowed."})
+)
