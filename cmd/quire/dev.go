@@ -30,6 +30,7 @@ import (
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/internal/devetcd"
+	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -48,7 +49,7 @@ const (
 )
 
 type devFlags struct {
-	dir                                        string
+	dir, metrics                               string
 	port, etcdPort, etcdPeerPort, consumerPort int
 }
 
@@ -81,10 +82,16 @@ publish' and 'query'. Ctrl-C stops it.`,
 	fl.IntVar(&f.etcdPort, "etcd-port", 7701, "loopback port of etcd's clients")
 	fl.IntVar(&f.etcdPeerPort, "etcd-peer-port", 0, "loopback port of etcd's peer listener (default: the first port after --etcd-port that no other flag takes, 7703)")
 	fl.IntVar(&f.consumerPort, "consumer-port", 7702, "loopback port of the word-count consumer's gRPC")
+	fl.StringVar(&f.metrics, "metrics", "", "host:port serving Prometheus metrics (the broker's and the consumer's) at /metrics (default: none)")
 	return cmd
 }
 
 func (f *devFlags) validate() error {
+	if f.metrics != "" {
+		if err := validateHostPort("--metrics", f.metrics); err != nil {
+			return err
+		}
+	}
 	if f.etcdPeerPort == 0 {
 		f.etcdPeerPort = f.etcdPort + 1
 		for f.etcdPeerPort == f.port || f.etcdPeerPort == f.consumerPort {
@@ -142,6 +149,11 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 		return fmt.Errorf("--consumer-port %d: %s is in use or cannot be bound (another quire dev?): %w", f.consumerPort, consumerAddr, err)
 	}
 	defer consumerLis.Close()
+	stopMetrics, err := metricsrv.Serve("--metrics", f.metrics)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	etcd, err := devetcd.Start(devetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: f.etcdPort, PeerPort: f.etcdPeerPort})
 	if err != nil {
 		return fmt.Errorf("starting etcd (--etcd-port %d, --etcd-peer-port %d): %w", f.etcdPort, f.etcdPeerPort, err)

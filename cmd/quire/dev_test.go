@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -34,16 +35,17 @@ type devProcess struct {
 }
 
 // devPorts are the ports of a quire dev: its broker's, etcd's (clients and
-// peers) and its word-count consumer's.
-type devPorts struct{ broker, etcd, peer, consumer int }
+// peers), its word-count consumer's and its metrics'.
+type devPorts struct{ broker, etcd, peer, consumer, metrics int }
 
 func freeDevPorts(t *testing.T) devPorts {
-	return devPorts{freePort(t), freePort(t), freePort(t), freePort(t)}
+	return devPorts{freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)}
 }
 
 func (p devPorts) args() []string {
 	return []string{"--port", strconv.Itoa(p.broker), "--etcd-port", strconv.Itoa(p.etcd),
-		"--etcd-peer-port", strconv.Itoa(p.peer), "--consumer-port", strconv.Itoa(p.consumer)}
+		"--etcd-peer-port", strconv.Itoa(p.peer), "--consumer-port", strconv.Itoa(p.consumer),
+		"--metrics", "127.0.0.1:" + strconv.Itoa(p.metrics)}
 }
 
 func (p devPorts) brokerAddr() string   { return "127.0.0.1:" + strconv.Itoa(p.broker) }
@@ -135,6 +137,25 @@ func TestDev(t *testing.T) {
 		t.Fatalf("read %q, want %q", got, content)
 	}
 
+	// Its metrics are the broker's and the consumer's.
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(ports.metrics) + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping quire dev's metrics: %v", err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nquire_broker_appends_total ", "\nquire_consumer_txns_total ", "\nquire_recoverylog_appends_total "} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("quire dev's metrics lack %q", want[1:])
+		}
+	}
+	if bytes.Contains(metrics, []byte("\nquire_broker_appends_total 0\n")) {
+		t.Error("quire dev's metrics count no broker append after one")
+	}
+
 	// A second quire dev on the same directory fails, and says why.
 	_, stderr, code := runBinary(t, append([]string{"dev", "--dir", dir}, freeDevPorts(t).args()...)...)
 	if code == 0 || !strings.Contains(stderr, "in use by another quire dev") {
@@ -182,6 +203,7 @@ func TestDevFlags(t *testing.T) {
 		{"dev", "--consumer-port", "7801", "--etcd-peer-port", "7801"},
 		{"dev", "--consumer-port", "0"},
 		{"dev", "--dir", ""},
+		{"dev", "--metrics", "nowhere"},
 	} {
 		if r := quire(context.Background(), nil, args...); !errors.As(r.err, new(usageError)) {
 			t.Errorf("%v: err %v, want a usage error", args, r.err)
