@@ -52,6 +52,13 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 	return stream.SendAndClose(resp)
 }
 
+// commits tells whether req, a message of the Append stream that began
+// with first, commits the append: it says so, or it is a later message
+// with no content.
+func commits(first, req *protocol.AppendRequest) bool {
+	return req.Commit || (req != first && len(req.Content) == 0)
+}
+
 // proxyAppend forwards an append to the route's primary.
 func (s *Server) proxyAppend(stream protocol.Journal_AppendServer, first *protocol.AppendRequest, route *protocol.Route) error {
 	conn, err := s.conns.Get(route.Endpoints[0])
@@ -69,7 +76,7 @@ func (s *Server) proxyAppend(stream protocol.Journal_AppendServer, first *protoc
 		if err := out.Send(req); err != nil {
 			break // The primary's answer says why.
 		}
-		if req != first && len(req.Content) == 0 {
+		if commits(first, req) {
 			break
 		}
 		if req, err = stream.Recv(); err != nil {
@@ -230,28 +237,34 @@ func (r *replica) rollPipeline(p *pipeline, at int64) error {
 func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipeline, first *protocol.AppendRequest, spec *protocol.JournalSpec) (*protocol.AppendResponse, error) {
 	s := r.spool()
 	begin := s.End()
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
+	for req := first; ; {
+		if len(req.Content) != 0 {
+			if err := r.throttle(stream.Context(), spec, len(req.Content)); err != nil {
+				r.abort(p)
+				return nil, err
+			}
+			delta := s.Pending() - s.End()
+			if _, err := s.Write(req.Content); err != nil {
+				return nil, err
+			}
+			if err := p.send(&protocol.ReplicateRequest{Content: req.Content, ContentDelta: delta}); err != nil {
+				return nil, err
+			}
+		}
+		if commits(first, req) {
+			break
+		}
+		var err error
+		if req, err = stream.Recv(); errors.Is(err, io.EOF) {
 			err = errors.New("append stream ended without a commit; nothing was appended")
 		}
 		if err != nil {
 			r.abort(p)
 			return nil, status.Error(codes.Canceled, err.Error())
 		}
-		if len(req.Content) == 0 {
-			break
-		}
-		if err := r.throttle(stream.Context(), spec, len(req.Content)); err != nil {
+		if err := req.ValidateContent(); err != nil {
 			r.abort(p)
-			return nil, err
-		}
-		delta := s.Pending() - s.End()
-		if _, err := s.Write(req.Content); err != nil {
-			return nil, err
-		}
-		if err := p.send(&protocol.ReplicateRequest{Content: req.Content, ContentDelta: delta}); err != nil {
-			return nil, err
+			return nil, protocol.InvalidArgument(err)
 		}
 	}
 	// Subtract first, so that an append may replace a register's value.

@@ -412,3 +412,53 @@ func TestAppendAheadWaitsForItsPredecessor(t *testing.T) {
 		t.Fatalf("after the refusal the journal holds %q", got)
 	}
 }
+
+// The forms of an Append stream: the content in the first message and a
+// commit flag (a single message), content then a flagged last chunk, and
+// content then an empty message; through the primary and proxied by
+// another broker. A stream that ends before its commit appends nothing.
+func TestAppendStreamForms(t *testing.T) {
+	c := newCluster(t)
+	b1 := c.start("b1", "")
+	b2 := c.start("b2", "")
+	c.journal(b1, "forms/j", 2)
+	c.appendRetry(b1, "forms/j", []byte("0"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(b *testBroker, msgs ...*protocol.AppendRequest) (*protocol.AppendResponse, error) {
+		stream, err := protocol.NewJournalClient(b.conn).Append(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if err := stream.Send(m); err != nil {
+				break
+			}
+		}
+		return stream.CloseAndRecv()
+	}
+	want := "0"
+	for _, b := range []*testBroker{b1, b2} {
+		for i, msgs := range [][]*protocol.AppendRequest{
+			{{Journal: "forms/j", Content: []byte("a"), Commit: true}},
+			{{Journal: "forms/j", Content: []byte("b")}, {Content: []byte("c"), Commit: true}},
+			{{Journal: "forms/j", Content: []byte("d")}, {Content: []byte("e")}, {}},
+			{{Journal: "forms/j", Commit: true}}, // Nothing, committed.
+		} {
+			resp, err := send(b, msgs...)
+			if err != nil || resp.Status != protocol.Status_OK {
+				t.Fatalf("%s, form %d: %v %v", b.name, i, resp, err)
+			}
+			for _, m := range msgs {
+				want += string(m.Content)
+			}
+		}
+	}
+	// Ended before its commit: nothing.
+	if _, err := send(b1, &protocol.AppendRequest{Journal: "forms/j", Content: []byte("lost")}); err == nil {
+		t.Error("an append stream that ended before its commit succeeded")
+	}
+	if got := string(c.readAll(b1, "forms/j")); got != want {
+		t.Fatalf("journal holds %q, want %q", got, want)
+	}
+}

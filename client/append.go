@@ -161,28 +161,31 @@ func (c *Client) appendOnce(ctx context.Context, t target, first *protocol.Appen
 	if err != nil {
 		return nil, 0, err
 	}
+	// The first message carries the first chunk, and the last one commits:
+	// an append of at most one chunk is a single message.
 	msg := proto.CloneOf(first)
 	msg.DoNotProxy = t.doNotProxy
-	if err := stream.Send(msg); err != nil {
-		return closeAppend(stream, 0, err)
-	}
+	chunk, err := body.next(c.cfg.ChunkSize)
 	var n int64
 	for {
-		chunk, err := body.next(c.cfg.ChunkSize)
-		if err == io.EOF {
-			break
-		} else if err != nil {
+		if err != nil && err != io.EOF {
 			return nil, n, &contentError{err}
 		}
-		if err := stream.Send(&protocol.AppendRequest{Content: chunk}); err != nil {
-			return closeAppend(stream, n, err)
+		msg.Content = chunk
+		var next []byte
+		if err == nil {
+			next, err = body.next(c.cfg.ChunkSize)
+		}
+		msg.Commit = err == io.EOF
+		if serr := stream.Send(msg); serr != nil {
+			return closeAppend(stream, n, serr)
 		}
 		n += int64(len(chunk))
+		if msg.Commit {
+			return closeAppend(stream, n, nil)
+		}
+		msg, chunk = &protocol.AppendRequest{}, next
 	}
-	if err := stream.Send(&protocol.AppendRequest{}); err != nil { // Commit.
-		return closeAppend(stream, n, err)
-	}
-	return closeAppend(stream, n, nil)
 }
 
 // closeAppend finishes an Append stream. A Send that failed with io.EOF

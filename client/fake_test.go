@@ -324,7 +324,7 @@ func (b *fakeBroker) Append(stream protocol.Journal_AppendServer) error {
 	if f != nil && !f.afterContent {
 		return f.reply(stream, hdr)
 	}
-	content, committed, err := receiveContent(stream)
+	content, committed, err := receiveContent(stream, first)
 	if err != nil {
 		return err
 	}
@@ -353,18 +353,21 @@ func (b *fakeBroker) Append(stream protocol.Journal_AppendServer) error {
 	return stream.SendAndClose(c.commit(j, first, content, hdr))
 }
 
-func receiveContent(stream protocol.Journal_AppendServer) (content []byte, committed bool, _ error) {
-	for {
-		m, err := stream.Recv()
-		if err == io.EOF {
+// receiveContent receives an append's content, the first message's
+// included, up to its commit: a message with commit set, or a later one
+// with no content.
+func receiveContent(stream protocol.Journal_AppendServer, first *protocol.AppendRequest) (content []byte, committed bool, _ error) {
+	for m := first; ; {
+		content = append(content, m.Content...)
+		if m.Commit || (m != first && len(m.Content) == 0) {
+			return content, true, nil
+		}
+		var err error
+		if m, err = stream.Recv(); err == io.EOF {
 			return content, false, nil
 		} else if err != nil {
 			return nil, false, err
 		}
-		if len(m.Content) == 0 {
-			return content, true, nil
-		}
-		content = append(content, m.Content...)
 	}
 }
 

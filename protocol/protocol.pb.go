@@ -659,9 +659,11 @@ func (x *Fragment) GetModTime() int64 {
 }
 
 // AppendRequest: the first message of an Append stream names the journal and
-// the append's conditions; each following message carries a chunk of
-// content; a final message with empty content commits. A stream that ends
-// (or fails) before that commit message appends nothing.
+// the append's conditions, and may carry the first chunk of content; each
+// following message carries a chunk of content. The append commits at a
+// message with commit set (after its content), or at a message after the
+// first with empty content. A stream that ends (or fails) before its commit
+// appends nothing. A small append is so a single message, with commit set.
 type AppendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set by a broker that proxies the append to the primary.
@@ -682,8 +684,10 @@ type AppendRequest struct {
 	UnionRegisters    []*Label `protobuf:"bytes,6,rep,name=union_registers,json=unionRegisters,proto3" json:"union_registers,omitempty"`
 	SubtractRegisters []*Label `protobuf:"bytes,7,rep,name=subtract_registers,json=subtractRegisters,proto3" json:"subtract_registers,omitempty"`
 	Content           []byte   `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Commit the append once this message's content is appended.
+	Commit        bool `protobuf:"varint,9,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppendRequest) Reset() {
@@ -770,6 +774,13 @@ func (x *AppendRequest) GetContent() []byte {
 		return x.Content
 	}
 	return nil
+}
+
+func (x *AppendRequest) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
 }
 
 type AppendResponse struct {
@@ -1912,7 +1923,7 @@ const file_protocol_proto_rawDesc = "" +
 	"\x03sum\x18\x04 \x01(\fR\x03sum\x12+\n" +
 	"\x05codec\x18\x05 \x01(\x0e2\x15.quire.protocol.CodecR\x05codec\x12\x14\n" +
 	"\x05store\x18\x06 \x01(\tR\x05store\x12\x19\n" +
-	"\bmod_time\x18\a \x01(\x03R\amodTime\"\xec\x02\n" +
+	"\bmod_time\x18\a \x01(\x03R\amodTime\"\x84\x03\n" +
 	"\rAppendRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x12 \n" +
@@ -1922,7 +1933,8 @@ const file_protocol_proto_rawDesc = "" +
 	"\x0fcheck_registers\x18\x05 \x01(\tR\x0echeckRegisters\x12>\n" +
 	"\x0funion_registers\x18\x06 \x03(\v2\x15.quire.protocol.LabelR\x0eunionRegisters\x12D\n" +
 	"\x12subtract_registers\x18\a \x03(\v2\x15.quire.protocol.LabelR\x11subtractRegisters\x12\x18\n" +
-	"\acontent\x18\b \x01(\fR\acontentB\t\n" +
+	"\acontent\x18\b \x01(\fR\acontent\x12\x16\n" +
+	"\x06commit\x18\t \x01(\bR\x06commitB\t\n" +
 	"\a_offset\"\xd7\x01\n" +
 	"\x0eAppendResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +

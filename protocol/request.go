@@ -202,14 +202,12 @@ func (r *AppendRequest) Validate() error {
 	if err := ValidateLabels("subtractRegisters", r.SubtractRegisters); err != nil {
 		return err
 	}
-	if len(r.Content) != 0 {
-		return fmt.Errorf("content: %d bytes in the first message, which carries none", len(r.Content))
-	}
 	return nil
 }
 
 // ValidateContent checks a message of an Append stream after the first:
-// it carries content (or, if empty, commits) and nothing else.
+// it carries content and the commit flag (an empty one commits), nothing
+// else.
 func (r *AppendRequest) ValidateContent() error {
 	if r == nil {
 		return fmt.Errorf("request: missing")
@@ -221,7 +219,7 @@ func (r *AppendRequest) ValidateContent() error {
 		return fmt.Errorf("journal: %q set after the first message", r.Journal)
 	case r.DoNotProxy || r.Offset != nil || r.CheckRegisters != "" ||
 		len(r.UnionRegisters) != 0 || len(r.SubtractRegisters) != 0:
-		return fmt.Errorf("request: fields other than content set after the first message")
+		return fmt.Errorf("request: fields other than content and commit set after the first message")
 	}
 	return nil
 }

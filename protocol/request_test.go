@@ -136,7 +136,7 @@ func TestAppendRequestValidate(t *testing.T) {
 		{"subtract order", func(r *AppendRequest) {
 			r.SubtractRegisters = []*Label{{Name: "b", Value: "1"}, {Name: "a", Value: "1"}}
 		}, `subtractRegisters[1]: "a=1" is out of order`},
-		{"content", func(r *AppendRequest) { r.Content = []byte("x") }, "content: 1 bytes in the first message"},
+		{"content and commit", func(r *AppendRequest) { r.Content, r.Commit = []byte("x"), true }, ""},
 	} {
 		r := &AppendRequest{
 			Header:            &Header{ProcessId: &ProcessID{Zone: "a", Suffix: "1"}, Route: validRoute()},
@@ -153,9 +153,10 @@ func TestAppendRequestValidate(t *testing.T) {
 
 	checkErr(t, "chunk", (&AppendRequest{Content: []byte("x")}).ValidateContent(), "")
 	checkErr(t, "commit", (&AppendRequest{}).ValidateContent(), "")
+	checkErr(t, "chunk and commit", (&AppendRequest{Content: []byte("x"), Commit: true}).ValidateContent(), "")
 	checkErr(t, "chunk with journal", (&AppendRequest{Journal: "j"}).ValidateContent(), `journal: "j" set after the first message`)
 	checkErr(t, "chunk with header", (&AppendRequest{Header: &Header{}}).ValidateContent(), "header: set after")
-	checkErr(t, "chunk with offset", (&AppendRequest{Offset: off(1)}).ValidateContent(), "fields other than content")
+	checkErr(t, "chunk with offset", (&AppendRequest{Offset: off(1)}).ValidateContent(), "fields other than content and commit")
 }
 
 func TestReadRequestValidate(t *testing.T) {
