@@ -132,7 +132,19 @@ func TestFencingWhilePipelined(t *testing.T) {
 			_, errs[i] = scribble(a, dirA, fmt.Sprintf("file-%d", i), uint64(i), 1<<30, stop)
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Let the writers get several flights committed first.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		a.mu.Lock()
+		landed := a.stats.flights >= 8 && a.committed > 0
+		a.mu.Unlock()
+		if landed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("recorder A appended nothing in 30s")
+		}
+		time.Sleep(5 * time.Millisecond) // Polling the recorder's progress.
+	}
 
 	// Take over as a successor does, but at whatever offset the log is
 	// (a successor plays the log to its head first).
