@@ -163,9 +163,9 @@ func TestWholeZoneLoss(t *testing.T) {
 
 func TestLimitChangeSheds(t *testing.T) {
 	f := startFleet(t, 2, 2, 20, 10, 2)
-	s := f.awaitConverged()
+	f.awaitConverged()
 	f.update("z1", "m1", MemberSpec{Limit: 1})
-	s = f.awaitConverged()
+	s := f.awaitConverged()
 	if got := loads(s)["z1/m1"]; got != 1 {
 		t.Errorf("member with limit 1 holds %d", got)
 	}

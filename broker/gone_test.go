@@ -47,7 +47,7 @@ func TestBlockingReadEndsRetryablyWhenReplicaGoes(t *testing.T) {
 
 	// The same through the client's Reader.
 	c.journal(b1, "tail/k", 1)
-	resp = c.appendRetry(b1, "tail/k", []byte("before\n"))
+	c.appendRetry(b1, "tail/k", []byte("before\n"))
 	cl, err := client.New(ctx, client.Config{Broker: b1.srv.cfg.Endpoint})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -426,7 +427,7 @@ func TestJSONMarshalLikeEncodingJSON(t *testing.T) {
 			JSONEmbeddedPtr: &JSONEmbeddedPtr{Deep: []int{4}},
 		},
 		&richJSONMessage{Ratio: 1e-7, Small: -128, Any: float64(12345678901234567890)},
-		&richJSONMessage{Ratio: -0.0, Any: []byte("bytes in any")},
+		&richJSONMessage{Ratio: math.Copysign(0, -1), Any: []byte("bytes in any")},
 		&richJSONMessage{Raw: json.RawMessage("{bad json")},
 		&richJSONMessage{Any: func() {}},
 		&jsonNumberMessage{N: "12.5e3"},
