@@ -1,12 +1,16 @@
-// Package rpcbuf provides the gRPC buffer pool that Quire's servers and
-// clients use for messages, and the options that install it.
+// Package rpcbuf holds the gRPC options of every Quire server and client
+// (ServerOptions, DialOptions): a buffer pool, a codec that uses it, and
+// transport sizes for bulk content.
 //
 // gRPC's default pool clears every buffer it hands out, over the buffer's
-// whole capacity, which is a power of two at least as large as the message.
-// Quire's large messages (append chunks, read responses, recovery-log
-// operations) are bulk content that gRPC overwrites entirely before anyone
-// reads it, so clearing only spends CPU: a tenth of the process's time in
-// the recording benchmark. Pool hands out buffers as they were returned.
+// whole capacity, which is a power of two at least as large as the message;
+// and its protobuf codec takes buffers from that default pool whatever pool
+// the connection has. Quire's large messages (append chunks, read
+// responses, recovery-log operations) are bulk content, and gRPC writes
+// every byte of a buffer it hands out (reading a frame into it, or
+// marshaling into it) before anything reads it, so clearing only spends
+// CPU: a fifth of an append benchmark's. Pool hands out buffers as they
+// were returned.
 package rpcbuf
 
 import (
