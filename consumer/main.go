@@ -20,6 +20,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
@@ -362,38 +363,11 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 // Serve serves gs on lis while srv runs (see Server.Run: until ctx is
 // done, or drain is closed and the process has handed its shards to
 // others), then stops gs: gracefully, or at once after a few seconds. A
-// failure to serve gs stops srv and is returned.
+// failure to serve gs stops srv and is returned. Unless the application
+// registered its own, gs gets the standard gRPC health service, SERVING
+// until the process starts draining.
 func Serve(ctx context.Context, drain <-chan struct{}, srv *Server, gs *grpc.Server, lis net.Listener) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := gs.Serve(lis); err != nil {
-			cancel(fmt.Errorf("serving gRPC on %s: %w", lis.Addr(), err))
-		}
-	}()
-	err := srv.Run(ctx, drain)
-	stopGRPC(gs, 5*time.Second)
-	<-served
-	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return err
-}
-
-// stopGRPC stops gs gracefully, or at once after timeout.
-func stopGRPC(gs *grpc.Server, timeout time.Duration) {
-	done := make(chan struct{})
-	go func() { defer close(done); gs.GracefulStop() }()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		gs.Stop()
-		<-done
-	}
+	return grpcserve.Run(ctx, drain, gs, lis, srv.Run)
 }
 
 // dialEtcd connects to etcd, and checks that it answers.

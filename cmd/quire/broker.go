@@ -19,6 +19,7 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
@@ -231,37 +232,7 @@ func dialEtcd(ctx context.Context, endpoints, prefix string) (*clientv3.Client, 
 // once Run returns: at once if ctx is done, after draining if drain is
 // closed. A failure to serve stops the broker.
 func serveBroker(ctx context.Context, drain <-chan struct{}, srv *broker.Server, lis net.Listener) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	gs := grpc.NewServer(rpcbuf.ServerOptions()...)
 	protocol.RegisterJournalServer(gs, srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := gs.Serve(lis); err != nil {
-			cancel(fmt.Errorf("serving gRPC on %s: %w", lis.Addr(), err))
-		}
-	}()
-	err := srv.Run(ctx, drain)
-	stopGRPC(gs, 5*time.Second)
-	<-served
-	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return err
-}
-
-// stopGRPC stops gs gracefully, or at once after timeout: blocking reads
-// would otherwise hold it forever.
-func stopGRPC(gs *grpc.Server, timeout time.Duration) {
-	done := make(chan struct{})
-	go func() { defer close(done); gs.GracefulStop() }()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		gs.Stop()
-		<-done
-	}
+	return grpcserve.Run(ctx, drain, gs, lis, srv.Run)
 }
