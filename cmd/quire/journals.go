@@ -334,23 +334,32 @@ func planUpserts(specs []*protocol.JournalSpec, current map[string]*protocol.Lis
 // applyAndReport applies the changes in batches, and prints each change,
 // in order, once its batch is applied; with dryRun, it applies nothing.
 func applyAndReport(ctx context.Context, c *client.Client, stdout io.Writer, jf *journalsFlags, changes []change, dryRun bool) error {
-	var pending []change // Printed once the batch of changes among them is applied.
-	var batch []change
+	return applyInBatches(stdout, changes, dryRun, func(ch change) bool { return ch.req != nil },
+		func(batch []change) error { return jf.apply(ctx, c, batch) },
+		func(ch change) { printChange(stdout, ch, dryRun) })
+}
+
+// applyInBatches applies the changes that need it (needs) in batches of
+// applyBatch, and prints every change, in order, once the batch among
+// which it falls is applied; with dryRun, it applies nothing. It serves
+// journals and shards alike.
+func applyInBatches[C any](stdout io.Writer, changes []C, dryRun bool, needs func(C) bool, apply func([]C) error, print func(C)) error {
+	var pending, batch []C
 	flush := func() error {
 		if len(batch) > 0 && !dryRun {
-			if err := jf.apply(ctx, c, batch); err != nil {
+			if err := apply(batch); err != nil {
 				return err
 			}
 		}
 		for _, ch := range pending {
-			printChange(stdout, ch, dryRun)
+			print(ch)
 		}
 		pending, batch = pending[:0], batch[:0]
 		return nil
 	}
 	for _, ch := range changes {
 		pending = append(pending, ch)
-		if ch.req == nil {
+		if !needs(ch) {
 			continue
 		}
 		batch = append(batch, ch)

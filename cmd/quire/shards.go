@@ -645,38 +645,9 @@ func planShardUpserts(specs []*consumer.ShardSpec, current map[string]listedShar
 // applyAndReport applies the changes in batches, and prints each change,
 // in order, once its batch is applied; with dryRun, it applies nothing.
 func (c *shardsClient) applyAndReport(ctx context.Context, stdout io.Writer, changes []shardChange, dryRun bool) error {
-	var pending, batch []shardChange
-	flush := func() error {
-		if len(batch) > 0 && !dryRun {
-			if err := c.apply(ctx, batch); err != nil {
-				return err
-			}
-		}
-		for _, ch := range pending {
-			printShardChange(stdout, ch, dryRun)
-		}
-		pending, batch = pending[:0], batch[:0]
-		return nil
-	}
-	for _, ch := range changes {
-		pending = append(pending, ch)
-		if ch.req == nil {
-			continue
-		}
-		batch = append(batch, ch)
-		if len(batch) == applyBatch {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	if dryRun {
-		fmt.Fprintln(stdout, "dry run: nothing was changed")
-	}
-	return nil
+	return applyInBatches(stdout, changes, dryRun, func(ch shardChange) bool { return ch.req != nil },
+		func(batch []shardChange) error { return c.apply(ctx, batch) },
+		func(ch shardChange) { printShardChange(stdout, ch, dryRun) })
 }
 
 // apply applies one batch of changes atomically.
