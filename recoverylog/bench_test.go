@@ -296,13 +296,7 @@ func benchBrokerClient(b *testing.B) (*client.Client, func(...*protocol.JournalS
 	}
 	c := brokertest.New(b)
 	if *benchSpools != "" {
-		c.SpoolRoot = *benchSpools
-		store, err := os.MkdirTemp(*benchSpools, "quire-store-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { os.RemoveAll(store) })
-		c.Store = "file://" + store + "/"
+		c.KeepUnder(*benchSpools)
 	}
 	cl := c.Client(c.Start("b1"))
 	return cl, func(specs ...*protocol.JournalSpec) { c.Apply(cl, specs...) }

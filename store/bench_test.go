@@ -3,7 +3,6 @@ package store
 import (
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -25,13 +24,7 @@ var benchSpools = flag.String("bench.spools", "", "directory for the brokers' sp
 func BenchmarkPebbleCommit(b *testing.B) {
 	c := brokertest.New(b)
 	if *benchSpools != "" {
-		c.SpoolRoot = *benchSpools
-		fragments, err := os.MkdirTemp(*benchSpools, "quire-store-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer os.RemoveAll(fragments)
-		c.Store = "file://" + fragments + "/"
+		c.KeepUnder(*benchSpools)
 	}
 	cl := c.Client(c.Start("b1"))
 	runs := 0

@@ -41,6 +41,19 @@ type Cluster struct {
 	SpoolRoot string
 }
 
+// KeepUnder puts the brokers' spools and the fragment store in fresh
+// directories beneath root (such as /dev/shm), removed when the test ends.
+// Call it before Start.
+func (c *Cluster) KeepUnder(root string) {
+	c.t.Helper()
+	store, err := os.MkdirTemp(root, "quire-store-")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { os.RemoveAll(store) })
+	c.SpoolRoot, c.Store = root, "file://"+store+"/"
+}
+
 // Broker is one in-process broker.
 type Broker struct {
 	Name     string
