@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quire-dev/quire/broker/spool"
+	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -460,5 +463,61 @@ func TestAppendStreamForms(t *testing.T) {
 	}
 	if got := string(c.readAll(b1, "forms/j")); got != want {
 		t.Fatalf("journal holds %q, want %q", got, want)
+	}
+}
+
+// A read of a rolled spool that is persisted and removed while the read
+// is under way reads on from the store, without an error: a reader far
+// behind the write head meets this whenever a fragment persists.
+func TestReadOutlivesItsSpool(t *testing.T) {
+	const journal = "log/outlived"
+	release, removed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	persistHook = func(f fragment.Fragment) {
+		if f.Journal == journal && f.Begin == 0 {
+			<-release // Hold the first fragment local until the read is in it.
+		}
+	}
+	sentHook = func(e entry) {
+		if e.spool == nil || e.frag.Journal != journal {
+			return
+		}
+		once.Do(func() {
+			close(release)
+			// Wait until the persister has removed the spool being read.
+			for {
+				if _, err := e.spool.ReadAt(make([]byte, 1), e.frag.Begin); errors.Is(err, spool.ErrClosed) {
+					close(removed)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	t.Cleanup(func() { persistHook, sentHook = func(fragment.Fragment) {}, func(entry) {} })
+
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, journal, 1) // Fragments roll at 1 MiB.
+	var want bytes.Buffer
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
+	for i := range 5 {
+		chunk[0] = byte('A' + i)
+		c.appendRetry(b, journal, chunk)
+		want.Write(chunk)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := readRange(ctx, b, journal, 0, 1<<20)
+	if err != nil {
+		t.Fatalf("read across the spool's removal: %v", err)
+	}
+	select {
+	case <-removed:
+	default:
+		t.Fatal("the read did not meet the spool's removal")
+	}
+	if !bytes.Equal(got, want.Bytes()[:1<<20]) {
+		t.Fatal("content read across the spool's removal differs")
 	}
 }

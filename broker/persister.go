@@ -102,6 +102,10 @@ func (p *persister) persist(ctx context.Context, j *persistJob) {
 	})
 }
 
+// persistHook is called before a fragment is persisted; a variable for
+// tests.
+var persistHook = func(fragment.Fragment) {}
+
 func (p *persister) try(ctx context.Context, j *persistJob) error {
 	store, err := p.srv.stores.get(ctx, j.frag.Store)
 	if err != nil {
@@ -112,6 +116,7 @@ func (p *persister) try(ctx context.Context, j *persistJob) error {
 		return err
 	}
 	defer rc.Close()
+	persistHook(j.frag)
 	return store.Persist(ctx, j.frag, rc)
 }
 

@@ -8,11 +8,16 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/protocol"
 )
 
 // readChunk bounds the content of one ReadResponse.
 const readChunk = 128 << 10
+
+// sentHook is called after each chunk of an indexed fragment is sent; a
+// variable for tests.
+var sentHook = func(entry) {}
 
 // Read serves a read from a local replica, or proxies it to the primary.
 func (s *Server) Read(req *protocol.ReadRequest, stream protocol.Journal_ReadServer) error {
@@ -190,13 +195,24 @@ func (r *replica) sendSpool(stream protocol.Journal_ReadServer, offset, end, hea
 			offset += int64(n)
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			return -1, err
+			return r.spoolGone(offset, err)
 		}
 		if n == 0 {
 			break // The spool rolled away under us; continue from the index.
 		}
 	}
 	return offset, nil
+}
+
+// spoolGone handles an error reading a local spool. A spool is closed
+// while it is read when it was persisted and removed (the index then
+// holds its stored fragment, which the read continues from) or when the
+// replica ends.
+func (r *replica) spoolGone(offset int64, err error) (int64, error) {
+	if errors.Is(err, spool.ErrClosed) && r.ctx.Err() == nil {
+		return offset, nil
+	}
+	return -1, err
 }
 
 // sendFragment sends an indexed fragment's content [offset, end), with
@@ -226,10 +242,14 @@ func (r *replica) sendFragment(ctx context.Context, stream protocol.Journal_Read
 			}
 			bytesRead.Add(float64(n))
 			offset += int64(n)
+			sentHook(e)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				break
+			}
+			if e.spool != nil {
+				return r.spoolGone(offset, err)
 			}
 			return -1, err
 		}

@@ -172,13 +172,22 @@ func (s *Spool) Sync() error {
 }
 
 // ReadAt reads committed content at journal offset off. It returns io.EOF
-// at the committed end. Callers must not read beyond End() as of their
-// call; content there may be pending.
+// at the committed end, and ErrClosed once the spool is closed (a reader
+// of a spool that was persisted and removed reads on from the store).
+// Callers must not read beyond End() as of their call; content there may
+// be pending.
 func (s *Spool) ReadAt(p []byte, off int64) (int, error) {
 	if off < s.Begin {
 		return 0, fmt.Errorf("reading spool of %s: offset %d is before its begin %d", s.Journal, off, s.Begin)
 	}
-	return s.content.ReadAt(p, off-s.Begin)
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	n, err := s.content.ReadAt(p, off-s.Begin)
+	if errors.Is(err, os.ErrClosed) {
+		err = ErrClosed // Closed while reading.
+	}
+	return n, err
 }
 
 // Reader returns a reader of the committed content [Begin, End()).
@@ -187,7 +196,7 @@ func (s *Spool) Reader() io.Reader {
 }
 
 // Close closes the spool's files, keeping them on disk (to be recovered).
-// A ReadAt racing it fails with an error, never worse.
+// A ReadAt racing it fails with ErrClosed, never worse.
 func (s *Spool) Close() error {
 	if s.closed.Swap(true) {
 		return ErrClosed
