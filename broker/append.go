@@ -26,8 +26,7 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 		return protocol.InvalidArgument(err)
 	}
 	ctx := stream.Context()
-	s.awaitRevision(ctx, first.Header.GetRevision())
-	spec, route, r := s.resolver.resolve(first.Journal)
+	spec, route, r := s.resolve(ctx, first.Journal, first.Header.GetRevision())
 	hdr := s.header(route)
 	switch {
 	case spec == nil:

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -520,4 +523,52 @@ func TestReadOutlivesItsSpool(t *testing.T) {
 	if !bytes.Equal(got, want.Bytes()[:1<<20]) {
 		t.Fatal("content read across the spool's removal differs")
 	}
+}
+
+// A journal created through one broker is never reported missing by
+// another whose watch has not delivered it yet: before answering
+// JOURNAL_NOT_FOUND, a broker asks etcd. The second broker's etcd watch
+// here delivers each response 200 ms late.
+func TestNewJournalIsFoundThroughAnyBroker(t *testing.T) {
+	c := newCluster(t)
+	slow, err := clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(slowWatch(200 * time.Millisecond))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	b1 := c.start("b1", "")
+	b2 := c.startWith("b2", "", slow)
+	for i := range 3 {
+		name := fmt.Sprintf("log/new-%d", i)
+		c.journal(b1, name, 1)
+		resp, err := protocol.NewJournalClient(b2.conn).ListFragments(context.Background(),
+			&protocol.FragmentsRequest{Journal: name})
+		if err != nil || resp.Status == protocol.Status_JOURNAL_NOT_FOUND {
+			t.Fatalf("%s, just created, through the other broker: %v %v", name, resp.GetStatus(), err)
+		}
+	}
+}
+
+// slowWatch delays each message received on an etcd watch stream.
+func slowWatch(d time.Duration) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+		streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		s, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || !strings.HasSuffix(method, "/Watch") {
+			return s, err
+		}
+		return delayedStream{s, d}, nil
+	}
+}
+
+type delayedStream struct {
+	grpc.ClientStream
+	d time.Duration
+}
+
+func (s delayedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	time.Sleep(s.d) // A slow network, not a synchronization.
+	return err
 }

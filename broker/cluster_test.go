@@ -66,6 +66,12 @@ func newCluster(t testing.TB) *cluster {
 // start runs a broker with its spools in dir (a fresh directory if empty).
 func (c *cluster) start(name, dir string) *testBroker {
 	c.t.Helper()
+	return c.startWith(name, dir, c.etcd)
+}
+
+// startWith runs a broker that uses etcd through client.
+func (c *cluster) startWith(name, dir string, client *clientv3.Client) *testBroker {
+	c.t.Helper()
 	if dir == "" {
 		dir = c.t.TempDir()
 	}
@@ -73,7 +79,7 @@ func (c *cluster) start(name, dir string) *testBroker {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	srv, err := New(Config{Etcd: c.etcd, Root: c.root, Zone: "z" + name[len(name)-1:], Suffix: name,
+	srv, err := New(Config{Etcd: client, Root: c.root, Zone: "z" + name[len(name)-1:], Suffix: name,
 		Endpoint: lis.Addr().String(), Dir: dir, DefaultStore: c.store, LeaseTTL: 3 * time.Second, Logger: testLogger})
 	if err != nil {
 		c.t.Fatal(err)

@@ -82,8 +82,7 @@ func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsReque
 	if err := req.Validate(); err != nil {
 		return nil, protocol.InvalidArgument(err)
 	}
-	s.awaitRevision(ctx, req.Header.GetRevision())
-	spec, route, r := s.resolver.resolve(req.Journal)
+	spec, route, r := s.resolve(ctx, req.Journal, req.Header.GetRevision())
 	hdr := s.header(route)
 	switch {
 	case spec == nil:

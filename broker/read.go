@@ -25,8 +25,7 @@ func (s *Server) Read(req *protocol.ReadRequest, stream protocol.Journal_ReadSer
 		return protocol.InvalidArgument(err)
 	}
 	ctx := stream.Context()
-	s.awaitRevision(ctx, req.Header.GetRevision())
-	spec, route, r := s.resolver.resolve(req.Journal)
+	spec, route, r := s.resolve(ctx, req.Journal, req.Header.GetRevision())
 	hdr := s.header(route)
 	switch {
 	case spec == nil:

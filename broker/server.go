@@ -283,6 +283,27 @@ func (s *Server) header(route *protocol.Route) *protocol.Header {
 // registered and reachable before Run has loaded the keyspace), then
 // (briefly) until the keyspace reflects rev, so that a request from a
 // client or broker that knows more is judged on the same view.
+// resolve returns a journal's spec (nil if there is no such journal), its
+// route, and this broker's replica of it, as of at least revision rev.
+// Before it answers that a journal does not exist, it asks etcd: a
+// journal created before the request is never reported missing because
+// this broker's watch has not delivered it yet (a client that creates a
+// journal through one broker and then uses it through another would fail
+// otherwise).
+func (s *Server) resolve(ctx context.Context, journal string, rev int64) (*protocol.JournalSpec, *protocol.Route, *replica) {
+	s.awaitRevision(ctx, rev)
+	spec, route, r := s.resolver.resolve(journal)
+	if spec != nil {
+		return spec, route, r
+	}
+	resp, err := s.cfg.Etcd.Get(ctx, allocator.ItemKey(s.cfg.Root, journal), clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision <= route.GetRevision() {
+		return spec, route, r
+	}
+	s.awaitRevision(ctx, resp.Kvs[0].ModRevision)
+	return s.resolver.resolve(journal)
+}
+
 func (s *Server) awaitRevision(ctx context.Context, rev int64) {
 	select {
 	case <-s.serving:
