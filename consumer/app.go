@@ -24,7 +24,8 @@ type Application interface {
 	NewStore(shard *Shard) (store.Store, error)
 	// NewMessage returns a new, empty message of the type that journal
 	// holds, for a source journal's messages to be decoded into. It is
-	// called from the goroutines that read the sources.
+	// called from the goroutines that decode the sources, several at once
+	// (see message.ReaderConfig.Decoders).
 	NewMessage(journal string) message.Message
 	// Consume applies one committed message to the store, within the
 	// current transaction.
