@@ -151,3 +151,96 @@ func benchRawAppendRead(b *testing.B, f message.Framing, m message.Message) {
 	b.ReportMetric(float64(b.N)/appendedCPU.Seconds(), "appended-frames/cpu-s")
 	b.ReportMetric(float64(b.N)/readCPU.Seconds(), "read-frames/cpu-s")
 }
+
+// BenchmarkStream measures end-to-end throughput as a pipeline: a reader
+// tails the journal while b.N messages are published to it, and the time
+// is until the reader has them all (ns/op is per message, e2e-msgs/s the
+// rate). "messages" publishes and reads messages (decoded and sequenced);
+// "raw" appends the same frames, and reads their bytes, for comparison.
+func BenchmarkStream(b *testing.B) {
+	for _, bf := range benchFramings {
+		b.Run(bf.name+"/messages", func(b *testing.B) { benchStreamMessages(b, bf.f, bf.new, bf.messages(1024)) })
+		b.Run(bf.name+"/raw", func(b *testing.B) { benchStreamRaw(b, bf.f, bf.messages(1)[0]) })
+	}
+}
+
+func benchStreamMessages(b *testing.B, f message.Framing, newMsg func() message.Message, msgs []message.Message) {
+	cl := brokertest.New(b)
+	c := cl.Client(cl.Start("b1"))
+	cl.Journals(c, 1, "bench/stream")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	appender := c.NewAppender(ctx, client.AppenderConfig{})
+	defer appender.Close()
+	p := message.NewPublisher(appender, f, message.NewProducerID(), message.NewClock(time.Now()))
+	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "bench/stream", Framing: f, New: newMsg, Block: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+
+	b.ResetTimer()
+	start, cpu := time.Now(), cpuTime()
+	read := make(chan error, 1)
+	go func() {
+		for range b.N {
+			if _, err := r.Next(); err != nil {
+				read <- err
+				return
+			}
+		}
+		read <- nil
+	}()
+	for i := range b.N {
+		if _, err := p.PublishCommitted(ctx, "bench/stream", msgs[i%len(msgs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-read; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	reportStream(b, time.Since(start), cpuTime()-cpu)
+}
+
+func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
+	cl := brokertest.New(b)
+	c := cl.Client(cl.Start("b1"))
+	cl.Journals(c, 1, "bench/stream")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	appender := c.NewAppender(ctx, client.AppenderConfig{})
+	defer appender.Close()
+	var frame bytes.Buffer
+	w := bufio.NewWriter(&frame)
+	m.SetUUID(message.BuildUUID(message.NewProducerID(), message.NewClock(time.Now()), message.OutsideTxn))
+	if err := f.Marshal(m, w); err != nil {
+		b.Fatal(err)
+	}
+	w.Flush()
+	jr := c.NewReader(ctx, client.ReadRequest{Journal: "bench/stream", Block: true})
+	defer jr.Close()
+
+	b.ResetTimer()
+	start, cpu := time.Now(), cpuTime()
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.CopyN(io.Discard, jr, int64(b.N*frame.Len()))
+		read <- err
+	}()
+	for range b.N {
+		if _, err := appender.Append(ctx, "bench/stream", frame.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-read; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	reportStream(b, time.Since(start), cpuTime()-cpu)
+}
+
+func reportStream(b *testing.B, wall, cpu time.Duration) {
+	b.ReportMetric(float64(b.N)/wall.Seconds(), "e2e-msgs/s")
+	b.ReportMetric(float64(b.N)/cpu.Seconds(), "e2e-msgs/cpu-s")
+}
