@@ -53,11 +53,7 @@ func BenchmarkPublishRead(b *testing.B) {
 }
 
 func benchPublishRead(b *testing.B, f message.Framing, newMsg func() message.Message, msgs []message.Message) {
-	cl := brokertest.New(b)
-	c := cl.Client(cl.Start("b1"))
-	cl.Journals(c, 1, "bench/messages")
-	ctx := context.Background()
-	appender := c.NewAppender(ctx, client.AppenderConfig{})
+	ctx, c, appender := benchJournal(b, "bench/messages")
 	p := message.NewPublisher(appender, f, message.NewProducerID(), message.NewClock(time.Now()))
 
 	b.ResetTimer()
@@ -107,25 +103,15 @@ func BenchmarkRawAppendRead(b *testing.B) {
 }
 
 func benchRawAppendRead(b *testing.B, f message.Framing, m message.Message) {
-	cl := brokertest.New(b)
-	c := cl.Client(cl.Start("b1"))
-	cl.Journals(c, 1, "bench/raw")
-	ctx := context.Background()
-	appender := c.NewAppender(ctx, client.AppenderConfig{})
-	var frame bytes.Buffer
-	w := bufio.NewWriter(&frame)
-	m.SetUUID(message.BuildUUID(message.NewProducerID(), message.NewClock(time.Now()), message.OutsideTxn))
-	if err := f.Marshal(m, w); err != nil {
-		b.Fatal(err)
-	}
-	w.Flush()
+	ctx, c, appender := benchJournal(b, "bench/raw")
+	frame := benchFrame(b, f, m)
 
-	b.SetBytes(int64(frame.Len()))
+	b.SetBytes(int64(len(frame)))
 	b.ResetTimer()
 	start, cpu := time.Now(), cpuTime()
 	var last *client.AppendHandle
 	for range b.N {
-		h, err := appender.Append(ctx, "bench/raw", frame.Bytes())
+		h, err := appender.Append(ctx, "bench/raw", frame)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -143,8 +129,8 @@ func benchRawAppendRead(b *testing.B, f message.Framing, m message.Message) {
 		b.Fatal(err)
 	}
 	read, readCPU := time.Since(start), cpuTime()-cpu
-	if got != int64(b.N*frame.Len()) {
-		b.Fatalf("read %d bytes, appended %d", got, b.N*frame.Len())
+	if got != int64(b.N*len(frame)) {
+		b.Fatalf("read %d bytes, appended %d", got, b.N*len(frame))
 	}
 	b.ReportMetric(float64(b.N)/appended.Seconds(), "appended-frames/s")
 	b.ReportMetric(float64(b.N)/read.Seconds(), "read-frames/s")
@@ -165,13 +151,7 @@ func BenchmarkStream(b *testing.B) {
 }
 
 func benchStreamMessages(b *testing.B, f message.Framing, newMsg func() message.Message, msgs []message.Message) {
-	cl := brokertest.New(b)
-	c := cl.Client(cl.Start("b1"))
-	cl.Journals(c, 1, "bench/stream")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	appender := c.NewAppender(ctx, client.AppenderConfig{})
-	defer appender.Close()
+	ctx, c, appender := benchJournal(b, "bench/stream")
 	p := message.NewPublisher(appender, f, message.NewProducerID(), message.NewClock(time.Now()))
 	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "bench/stream", Framing: f, New: newMsg, Block: true})
 	if err != nil {
@@ -204,20 +184,8 @@ func benchStreamMessages(b *testing.B, f message.Framing, newMsg func() message.
 }
 
 func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
-	cl := brokertest.New(b)
-	c := cl.Client(cl.Start("b1"))
-	cl.Journals(c, 1, "bench/stream")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	appender := c.NewAppender(ctx, client.AppenderConfig{})
-	defer appender.Close()
-	var frame bytes.Buffer
-	w := bufio.NewWriter(&frame)
-	m.SetUUID(message.BuildUUID(message.NewProducerID(), message.NewClock(time.Now()), message.OutsideTxn))
-	if err := f.Marshal(m, w); err != nil {
-		b.Fatal(err)
-	}
-	w.Flush()
+	ctx, c, appender := benchJournal(b, "bench/stream")
+	frame := benchFrame(b, f, m)
 	jr := c.NewReader(ctx, client.ReadRequest{Journal: "bench/stream", Block: true})
 	defer jr.Close()
 
@@ -225,11 +193,11 @@ func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
 	start, cpu := time.Now(), cpuTime()
 	read := make(chan error, 1)
 	go func() {
-		_, err := io.CopyN(io.Discard, jr, int64(b.N*frame.Len()))
+		_, err := io.CopyN(io.Discard, jr, int64(b.N*len(frame)))
 		read <- err
 	}()
 	for range b.N {
-		if _, err := appender.Append(ctx, "bench/stream", frame.Bytes()); err != nil {
+		if _, err := appender.Append(ctx, "bench/stream", frame); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -238,6 +206,30 @@ func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
 	}
 	b.StopTimer()
 	reportStream(b, time.Since(start), cpuTime()-cpu)
+}
+
+// benchJournal starts a broker with journal, and returns a client of it
+// and an appender to it, closed when the benchmark ends.
+func benchJournal(b *testing.B, journal string) (context.Context, *client.Client, *client.Appender) {
+	cl := brokertest.New(b)
+	c := cl.Client(cl.Start("b1"))
+	cl.Journals(c, 1, journal)
+	ctx, cancel := context.WithCancel(context.Background())
+	appender := c.NewAppender(ctx, client.AppenderConfig{})
+	b.Cleanup(func() { appender.Close(); cancel() })
+	return ctx, c, appender
+}
+
+// benchFrame returns m framed by f, with a UUID.
+func benchFrame(b *testing.B, f message.Framing, m message.Message) []byte {
+	var frame bytes.Buffer
+	w := bufio.NewWriter(&frame)
+	m.SetUUID(message.BuildUUID(message.NewProducerID(), message.NewClock(time.Now()), message.OutsideTxn))
+	if err := f.Marshal(m, w); err != nil {
+		b.Fatal(err)
+	}
+	w.Flush()
+	return frame.Bytes()
 }
 
 func reportStream(b *testing.B, wall, cpu time.Duration) {
