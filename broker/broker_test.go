@@ -572,3 +572,63 @@ func (s delayedStream) RecvMsg(m any) error {
 	time.Sleep(s.d) // A slow network, not a synchronization.
 	return err
 }
+
+// A read that its fragment store fails is answered Unavailable, which
+// clients retry, and reads once the store serves again.
+func TestStoreFailureIsRetryable(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, "log/flaky", 1) // Fragments roll at 1 MiB.
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
+	for range 5 {
+		c.appendRetry(b, "log/flaky", chunk)
+	}
+	c.waitPersisted(b, "log/flaky", 1<<20)
+	c.stop(b)
+	fresh := c.start("b1", "") // An empty disk: reads come from the store.
+
+	// The store fails: it serves a fragment whose content is damaged.
+	dir := filepath.Join(strings.TrimPrefix(c.store, "file://"), "log", "flaky")
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("fragments in %s: %v %v", dir, ents, err)
+	}
+	path := filepath.Join(dir, ents[0].Name())
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(good)
+	for i := len(bad) / 2; i < len(bad); i++ {
+		bad[i] ^= 0x5a // Its content no longer matches its checksum.
+	}
+	if err := os.WriteFile(path, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = readRangeOnce(ctx, fresh, "log/flaky", 0, 1<<20)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("read of a fragment the store fails: %v, want Unavailable", err)
+	}
+
+	if err := os.WriteFile(path, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := readRetry(t, fresh, "log/flaky", 0, 1<<20); !bytes.Equal(got, bytes.Repeat(chunk, 4)) {
+		t.Fatal("content read once the store serves again differs")
+	}
+}
+
+// readRangeOnce reads [from, to) in one stream, waiting for the journal's
+// route first.
+func readRangeOnce(ctx context.Context, b *testBroker, journal string, from, to int64) ([]byte, error) {
+	for {
+		got, err := readRange(ctx, b, journal, from, to)
+		if err != nil && strings.Contains(err.Error(), "read status") && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond) // No route yet: poll for it.
+			continue
+		}
+		return got, err
+	}
+}

@@ -15,6 +15,9 @@ var (
 	bytesAppended = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_appended_bytes_total", Help: "Bytes appended by this broker as primary.",
 	})
+	readErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_read_errors_total", Help: "Reads that failed at this broker (answered Unavailable, for the reader to retry).",
+	})
 	bytesRead = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_read_bytes_total", Help: "Bytes served to readers.",
 	})

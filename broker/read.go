@@ -8,6 +8,9 @@ import (
 	"io/fs"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -20,7 +23,25 @@ const readChunk = 128 << 10
 var sentHook = func(entry) {}
 
 // Read serves a read from a local replica, or proxies it to the primary.
+//
+// A read that fails here (its fragment store failing, say) fails with
+// Unavailable, which clients retry: reading is idempotent, and a reader
+// (a consumer's shard, say) must not give up on a journal because a
+// store was briefly unreachable.
 func (s *Server) Read(req *protocol.ReadRequest, stream protocol.Journal_ReadServer) error {
+	err := s.serveRead(req, stream)
+	if err == nil || stream.Context().Err() != nil {
+		return err
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // Already a gRPC status: the request's, or a proxied one.
+	}
+	readErrors.Inc()
+	s.log.Warn("read failed; the reader will retry", "journal", req.Journal, "offset", req.Offset, "err", err)
+	return status.Error(codes.Unavailable, fmt.Sprintf("broker: reading %s: %v", req.Journal, err))
+}
+
+func (s *Server) serveRead(req *protocol.ReadRequest, stream protocol.Journal_ReadServer) error {
 	if err := req.Validate(); err != nil {
 		return protocol.InvalidArgument(err)
 	}
