@@ -24,15 +24,16 @@ func newBenchCommand() *cobra.Command {
 	jf := &journalsFlags{}
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure append and read throughput of a running cluster",
+		Short: "Measure append, read and message throughput of a running cluster",
 		Long: `Measure a running cluster (--broker, else $QUIRE_BROKER, else 'quire dev'):
 'bench append' appends from concurrent writers for a while, 'bench read'
-reads a journal back. Both print a small table, or JSON with -o json.`,
+reads a journal back, 'bench messages' publishes messages while a reader
+tails them. Each prints a small table, or JSON with -o json.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), "host:port of any broker (env QUIRE_BROKER)")
 	pf.DurationVar(&jf.timeout, "timeout", 10*time.Second, "how long to wait for a broker to answer a request")
-	cmd.AddCommand(newBenchAppendCommand(jf), newBenchReadCommand(jf))
+	cmd.AddCommand(newBenchAppendCommand(jf), newBenchReadCommand(jf), newBenchMessagesCommand(jf))
 	return cmd
 }
 

@@ -462,6 +462,39 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// bench messages publishes while a reader tails, and reads back exactly
+// what it published; bad flags are refused.
+func TestBenchMessages(t *testing.T) {
+	b := startBroker(t)
+	r := quire(context.Background(), nil, "bench", "messages", "--broker", b, "-j", "bench/m",
+		"--duration", "300ms", "--body", "40", "-o", "json")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var res benchMessagesResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if res.Messages == 0 || res.BytesPerMessage < 40 || res.PublishedPerSec <= 0 || res.ReadPerSec <= 0 ||
+		res.P999Ms < res.P50Ms {
+		t.Errorf("bench messages: %+v", res)
+	}
+	paced := quire(context.Background(), nil, "bench", "messages", "--broker", b, "-j", "bench/m",
+		"--duration", "500ms", "--rate", "200", "-o", "json")
+	if paced.err != nil {
+		t.Fatal(paced.err)
+	}
+	if err := json.Unmarshal([]byte(paced.stdout), &res); err != nil || res.Messages < 50 || res.Messages > 101 {
+		t.Errorf("bench messages at 200/s for 0.5s published %d messages (%v)", res.Messages, err)
+	}
+	for _, args := range [][]string{{"--rate", "-1"}, {"--body", "-2"}, {"--duration", "0s"}, {"-o", "yaml"}} {
+		bad := quire(context.Background(), nil, append([]string{"bench", "messages", "--broker", b}, args...)...)
+		if bad.err == nil {
+			t.Errorf("bench messages %v: no error", args)
+		}
+	}
+}
+
 // An append that cannot complete (no broker may take the journal: the
 // only one is at its limit) says so after a while, and gives up when
 // interrupted.
