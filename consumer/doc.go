@@ -31,8 +31,9 @@
 // # Transactions
 //
 // A primary reads its sources through message.Decoders (each decodes its
-// source in parallel, in GOMAXPROCS goroutines) and sequences them (message.Sequencer: exactly once, committed
-// messages only). A transaction begins with the first message ready, goes
+// source in parallel, in up to message.DefaultDecoders goroutines) and
+// sequences them (message.Sequencer: exactly once, committed messages
+// only). A transaction begins with the first message ready, goes
 // on while messages are ready and MaxTxnDuration has not passed, and
 // closes when they stall, once MinTxnDuration has passed and the previous
 // transaction's commit has resolved. The Application's FinalizeTxn then

@@ -32,7 +32,9 @@ type ReaderConfig struct {
 	// and offset) and reads on; otherwise Next returns the error.
 	SkipBadFrames bool
 	// Decoders is the number of goroutines that decode frames in
-	// parallel; zero means GOMAXPROCS. Messages are returned in journal
+	// parallel; zero means GOMAXPROCS, at most DefaultDecoders (a
+	// process may hold many Decoders: a consumer one per source of each
+	// of its shards). Messages are returned in journal
 	// order whatever their number. New and the Framing's Unmarshal are
 	// called from them.
 	Decoders int
@@ -124,6 +126,10 @@ type frame struct {
 	fatal      bool  // err is not a bad frame, so not skipped
 }
 
+// DefaultDecoders bounds the decoding goroutines of a Decoder whose
+// ReaderConfig leaves their number to it.
+const DefaultDecoders = 4
+
 // Bounds of a batch: large enough that hand-offs between goroutines cost
 // little per frame, small enough that a batch decodes in well under a
 // millisecond.
@@ -141,7 +147,7 @@ func NewDecoder(ctx context.Context, c *client.Client, cfg ReaderConfig) *Decode
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Decoders <= 0 {
-		cfg.Decoders = runtime.GOMAXPROCS(0)
+		cfg.Decoders = min(runtime.GOMAXPROCS(0), DefaultDecoders)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	d := &Decoder{cfg: cfg, ctx: ctx, cancel: cancel,
