@@ -525,9 +525,10 @@ func TestReadOutlivesItsSpool(t *testing.T) {
 	}
 }
 
-// A journal created through one broker is never reported missing by
-// another whose watch has not delivered it yet: before answering
-// JOURNAL_NOT_FOUND, a broker asks etcd. The second broker's etcd watch
+// A journal created through one broker is never reported missing, or left
+// out of a listing, by another whose watch has not delivered it yet:
+// before answering JOURNAL_NOT_FOUND, a broker asks etcd, and before
+// listing, it syncs its view with etcd. The second broker's etcd watch
 // here delivers each response 200 ms late.
 func TestNewJournalIsFoundThroughAnyBroker(t *testing.T) {
 	c := newCluster(t)
@@ -546,6 +547,13 @@ func TestNewJournalIsFoundThroughAnyBroker(t *testing.T) {
 			&protocol.FragmentsRequest{Journal: name})
 		if err != nil || resp.Status == protocol.Status_JOURNAL_NOT_FOUND {
 			t.Fatalf("%s, just created, through the other broker: %v %v", name, resp.GetStatus(), err)
+		}
+		// Listing too: the other broker syncs its view with etcd first.
+		name = fmt.Sprintf("log/listed-%d", i)
+		c.journal(b1, name, 1)
+		list, err := protocol.NewJournalClient(b2.conn).List(context.Background(), &protocol.ListRequest{Selector: "name=" + name})
+		if err != nil || len(list.Journals) != 1 {
+			t.Fatalf("%s, just created, listed through the other broker: %v %v", name, list, err)
 		}
 	}
 }
@@ -578,7 +586,7 @@ func (s delayedStream) RecvMsg(m any) error {
 func TestStoreFailureIsRetryable(t *testing.T) {
 	c := newCluster(t)
 	b := c.start("b1", "")
-	c.journal(b, "log/flaky", 1) // Fragments roll at 1 MiB.
+	c.journal(b, "log/flaky", 1)                              // Fragments roll at 1 MiB.
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
 	for range 5 {
 		c.appendRetry(b, "log/flaky", chunk)

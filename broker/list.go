@@ -21,7 +21,7 @@ func (s *Server) List(ctx context.Context, req *protocol.ListRequest) (*protocol
 	if err := req.Validate(); err != nil {
 		return nil, protocol.InvalidArgument(err)
 	}
-	s.awaitRevision(ctx, 0)
+	s.syncKeyspace(ctx)
 	sel, err := labels.ParseSelector(req.Selector)
 	if err != nil {
 		return nil, protocol.InvalidArgument(err)

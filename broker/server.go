@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker/spool"
@@ -37,7 +38,11 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
 	MaxTxnOps int
-	Logger    *slog.Logger
+	// DialOptions are added to those of the broker's connections to other
+	// brokers (which are plaintext by default): transport credentials, for
+	// TLS.
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
 }
 
 // Server is a broker. Register it with a grpc.Server, then Run it.
@@ -78,6 +83,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, id: &protocol.ProcessID{Zone: cfg.Zone, Suffix: cfg.Suffix},
 		log: cfg.Logger.With("broker", cfg.Zone+"#"+cfg.Suffix), locals: map[string][]entry{},
 		serving: make(chan struct{})}
+	s.conns.Options = cfg.DialOptions
 	s.resolver = newResolver(s)
 	s.persister = newPersister(s)
 	s.ks = keyspace.New(cfg.Root, allocator.NewDecoder(cfg.Root, Decoders))
@@ -302,6 +308,18 @@ func (s *Server) resolve(ctx context.Context, journal string, rev int64) (*proto
 	}
 	s.awaitRevision(ctx, resp.Kvs[0].ModRevision)
 	return s.resolver.resolve(journal)
+}
+
+// syncKeyspace waits (up to 5s) until the broker's view of etcd holds
+// every write etcd made before the call (see keyspace.Sync): a List then
+// shows a journal just created through another broker.
+func (s *Server) syncKeyspace(ctx context.Context) {
+	s.awaitRevision(ctx, 0)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.ks.Sync(sctx, s.cfg.Etcd); err != nil && ctx.Err() == nil {
+		s.log.Warn("answering from a view of etcd that may lag it", "err", err)
+	}
 }
 
 func (s *Server) awaitRevision(ctx context.Context, rev int64) {

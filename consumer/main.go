@@ -14,16 +14,16 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
+	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -147,6 +147,7 @@ type serveFlags struct {
 	broker, metrics            string
 	limit                      int
 	leaseTTL                   time.Duration
+	tls, etcdTLS               tlsconfig.Files
 }
 
 func envOr(name, def string) string {
@@ -202,6 +203,8 @@ over when its lease expires.`,
 	fl.StringVar(&f.metrics, "metrics", os.Getenv("QUIRE_METRICS"), "host:port serving Prometheus metrics at /metrics (env QUIRE_METRICS; default: none)")
 	fl.IntVar(&f.limit, "limit", DefaultLimit, "most shard replicas the process holds")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
+	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the process (to its clients, and to brokers and other processes as their client)")
+	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the process's etcd client")
 	return cmd
 }
 
@@ -253,6 +256,15 @@ func (f *serveFlags) validate() error {
 	}
 	if f.leaseTTL < time.Second {
 		return usagef("--lease-ttl %s: want at least 1s", f.leaseTTL)
+	}
+	if f.tls.Cert == "" && f.tls.CA != "" {
+		return usagef("--tls-ca without --tls-cert: a consumer process serves TLS with a certificate of its own")
+	}
+	if err := f.tls.Validate(); err != nil {
+		return usagef("%s: %w", tlsconfig.Flags("tls"), err)
+	}
+	if err := f.etcdTLS.Validate(); err != nil {
+		return usagef("%s: %w", tlsconfig.Flags("etcd"), err)
 	}
 	return nil
 }
@@ -319,23 +331,31 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	}
 	defer unlock()
 
-	etcd, err := dialEtcd(ctx, f.etcd, f.prefix)
+	serverOpts, err := f.tls.ServerOptions()
 	if err != nil {
 		return err
 	}
+	dialOpts, err := f.tls.DialOptions()
+	if err != nil {
+		return err
+	}
+	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("%w (is quire dev running?)", err)
+	}
 	defer etcd.Close()
-	journals, err := client.New(ctx, client.Config{Broker: f.broker, Zone: f.zone})
+	journals, err := client.New(ctx, client.Config{Broker: f.broker, Zone: f.zone, DialOptions: dialOpts})
 	if err != nil {
 		return err
 	}
 	defer journals.Close()
 	srv, err := New(Config{App: app, Etcd: etcd, Journals: journals, Root: f.prefix,
 		Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise, Dir: f.dir, Limit: f.limit,
-		LeaseTTL: f.leaseTTL, Logger: slog.Default()})
+		LeaseTTL: f.leaseTTL, DialOptions: dialOpts, Logger: slog.Default()})
 	if err != nil {
 		return UsageError{err}
 	}
-	gs := grpc.NewServer(rpcbuf.ServerOptions()...)
+	gs := grpc.NewServer(append(rpcbuf.ServerOptions(), serverOpts...)...)
 	protocol.RegisterShardServer(gs, srv)
 	if r, ok := app.(Registerer); ok {
 		r.Register(gs, srv)
@@ -349,7 +369,8 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	ctx, drain, stop := signals.Drain(ctx, "draining, handing shards to other processes")
 	defer stop()
 	slog.Info("consumer serving", "process", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),
-		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "broker", f.broker, "dir", f.dir)
+		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "broker", f.broker, "dir", f.dir,
+		"tls", !f.tls.IsZero(), "mutualTLS", f.tls.CA != "")
 	err = Serve(ctx, drain, srv, gs, lis)
 	switch {
 	case err == nil:
@@ -368,25 +389,6 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 // until the process starts draining.
 func Serve(ctx context.Context, drain <-chan struct{}, srv *Server, gs *grpc.Server, lis net.Listener) error {
 	return grpcserve.Run(ctx, drain, gs, lis, srv.Run)
-}
-
-// dialEtcd connects to etcd, and checks that it answers.
-func dialEtcd(ctx context.Context, endpoints, prefix string) (*clientv3.Client, error) {
-	var eps []string
-	for _, e := range strings.Split(endpoints, ",") {
-		eps = append(eps, strings.TrimSpace(e))
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := c.Get(pingCtx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("etcd %s does not answer (is quire dev running?): %w", endpoints, err)
-	}
-	return c, nil
 }
 
 // lockDir takes an exclusive lock on dir: two processes sharing it would

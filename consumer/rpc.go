@@ -22,7 +22,7 @@ func (s *Server) List(ctx context.Context, req *protocol.ShardListRequest) (*pro
 	if err != nil {
 		return nil, protocol.InvalidArgument(fmt.Errorf("selector: %w", err))
 	}
-	if err := s.awaitRevision(ctx, 0); err != nil {
+	if err := s.syncKeyspace(ctx); err != nil {
 		return nil, err
 	}
 	state, _ := s.resolver.snapshot()

@@ -61,7 +61,11 @@ type Config struct {
 	HintInterval time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
 	MaxTxnOps int
-	Logger    *slog.Logger
+	// DialOptions are added to those of the process's connections to
+	// other consumer processes (which are plaintext by default):
+	// transport credentials, for TLS.
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -129,6 +133,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, id: &protocol.ProcessID{Zone: cfg.Zone, Suffix: cfg.Suffix},
 		log: cfg.Logger.With("consumer", cfg.Zone+"#"+cfg.Suffix), serving: make(chan struct{})}
+	s.conns.Options = cfg.DialOptions
 	s.resolver = newResolver(s)
 	s.ks = keyspace.New(cfg.Root, allocator.NewDecoder(cfg.Root, decoders))
 	return s, nil
@@ -200,6 +205,24 @@ func (s *Server) header() *protocol.Header {
 
 // awaitRevision waits until the server serves, then (briefly) until its
 // keyspace reflects rev.
+// syncKeyspace waits (up to 5s) until the process's view of etcd holds
+// every write etcd made before the call (see keyspace.Sync): a List then
+// shows a shard just created through another process.
+func (s *Server) syncKeyspace(ctx context.Context) error {
+	if err := s.awaitRevision(ctx, 0); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.ks.Sync(sctx, s.cfg.Etcd); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("answering from a view of etcd that may lag it", "err", err)
+	}
+	return nil
+}
+
 func (s *Server) awaitRevision(ctx context.Context, rev int64) error {
 	select {
 	case <-s.serving:

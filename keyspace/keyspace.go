@@ -136,6 +136,31 @@ func (ks *KeySpace) WaitForRevision(ctx context.Context, rev int64) error {
 	}
 }
 
+// Sync waits until the mirror reflects at least what etcd held when Sync
+// was called: every write under Root that etcd had made, by any client.
+// A process's watch may lag behind a write that another process made
+// and told a third about; Sync closes that gap, so that a journal created
+// through one broker is listed by any other at once. client is the
+// client that Watch runs on: Sync asks its watch for a progress
+// notification, which moves the mirror's revision up to etcd's even when
+// the latest writes are under other prefixes. It costs a linearizable
+// read.
+func (ks *KeySpace) Sync(ctx context.Context, client *clientv3.Client) error {
+	resp, err := client.Get(ctx, ks.Root) // A single key, whatever the prefix holds.
+	if err != nil {
+		return fmt.Errorf("keyspace %s: reading etcd's revision: %w", ks.Root, err)
+	}
+	rev := resp.Header.Revision
+	if ks.Revision() >= rev {
+		return nil
+	}
+	// The watch's stream is the one of contexts that require a leader.
+	if err := client.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
+		return fmt.Errorf("keyspace %s: requesting watch progress: %w", ks.Root, err)
+	}
+	return ks.WaitForRevision(ctx, rev)
+}
+
 // Observe registers fn, called with the keyspace's lock held after each
 // applied change (and after each Load), with the new mirror and revision.
 // Watch responses that arrive together are applied as one change, so a

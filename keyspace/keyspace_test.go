@@ -806,3 +806,27 @@ func TestMerge(t *testing.T) {
 		}
 	}
 }
+
+// Sync returns once the mirror holds every write etcd made before it was
+// called, including when the latest writes are under other prefixes
+// (whose revisions only a progress notification brings the mirror to).
+func TestSync(t *testing.T) {
+	c, root := etcdtest.Client(t)
+	ks := New(root, decodeInt)
+	load(t, ks, c, 0)
+	startWatch(t, ks, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 20 {
+		key := fmt.Sprintf("%sk%d", root, i)
+		put(t, c, key, strconv.Itoa(i))
+		put(t, c, strings.TrimSuffix(root, "/")+"-other/"+strconv.Itoa(i), "x") // Etcd's revision moves past the mirror's.
+		if err := ks.Sync(ctx, c); err != nil {
+			t.Fatalf("Sync after write %d: %v", i, err)
+		}
+		kvs, _ := ks.Snapshot()
+		if _, ok := kvs.Search(key); !ok {
+			t.Fatalf("after Sync the mirror lacks %s, written before it", key)
+		}
+	}
+}

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/etcdclient"
+	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/keyspace"
 )
 
@@ -33,6 +33,7 @@ func newAllocatorCommand() *cobra.Command {
 type planFlags struct {
 	file, output, etcd, prefix string
 	timeout                    time.Duration
+	etcdTLS                    tlsconfig.Files
 }
 
 func newPlanCommand() *cobra.Command {
@@ -59,6 +60,7 @@ Bad input is reported on standard error with exit code 2.`,
 	cmd.Flags().StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints of a live fleet")
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "the live fleet's key prefix, e.g. /quire/brokers/")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "etcd timeout")
+	f.etcdTLS.AddFlags(cmd.Flags(), "etcd", "QUIRE_ETCD", "this etcd client")
 	return cmd
 }
 
@@ -116,13 +118,9 @@ func liveScenario(ctx context.Context, f planFlags) (*allocator.Scenario, error)
 	if f.prefix == "" || !strings.HasSuffix(f.prefix, "/") {
 		return nil, usagef("--prefix %q: want a key prefix ending in '/'", f.prefix)
 	}
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   strings.Split(f.etcd, ","),
-		DialTimeout: f.timeout,
-		Logger:      zap.NewNop(),
-	})
+	client, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, f.timeout)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd %s: %w", f.etcd, err)
+		return nil, err
 	}
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)

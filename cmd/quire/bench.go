@@ -30,9 +30,7 @@ func newBenchCommand() *cobra.Command {
 reads a journal back, 'bench messages' publishes messages while a reader
 tails them. Each prints a small table, or JSON with -o json.`,
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), "host:port of any broker (env QUIRE_BROKER)")
-	pf.DurationVar(&jf.timeout, "timeout", 10*time.Second, "how long to wait for a broker to answer a request")
+	jf.addFlags(cmd.PersistentFlags(), "how long to wait for a broker to answer a request")
 	cmd.AddCommand(newBenchAppendCommand(jf), newBenchReadCommand(jf), newBenchMessagesCommand(jf))
 	return cmd
 }

@@ -12,17 +12,17 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
+	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -41,6 +41,7 @@ type brokerFlags struct {
 	store, metrics             string
 	limit                      int
 	lease                      time.Duration
+	tls, etcdTLS               tlsconfig.Files
 }
 
 // envOr is the value of environment variable name, or def if it is unset
@@ -85,6 +86,8 @@ its journals then fail over when its lease expires.`,
 	fl.IntVar(&f.limit, "limit", 1024, "most journals the broker serves")
 	fl.DurationVar(&f.lease, "lease", 10*time.Second, "how long the broker's keys outlive it if it dies")
 	fl.StringVar(&f.metrics, "metrics", "", "host:port serving Prometheus metrics at /metrics (default: none)")
+	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
+	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the broker's etcd client")
 	return cmd
 }
 
@@ -126,7 +129,18 @@ func (f *brokerFlags) validate() error {
 		return usagef("--lease %s: want at least 1s", f.lease)
 	}
 	if f.metrics != "" {
-		return validateHostPort("--metrics", f.metrics)
+		if err := validateHostPort("--metrics", f.metrics); err != nil {
+			return err
+		}
+	}
+	if f.tls.Cert == "" && f.tls.CA != "" {
+		return usagef("--tls-ca without --tls-cert: a broker serves TLS with a certificate of its own")
+	}
+	if err := f.tls.Validate(); err != nil {
+		return usagef("%s: %w", tlsconfig.Flags("tls"), err)
+	}
+	if err := f.etcdTLS.Validate(); err != nil {
+		return usagef("%s: %w", tlsconfig.Flags("etcd"), err)
 	}
 	return nil
 }
@@ -173,14 +187,23 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	etcd, err := dialEtcd(ctx, f.etcd, f.prefix)
+	serverOpts, err := f.tls.ServerOptions()
+	if err != nil {
+		return err
+	}
+	dialOpts, err := f.tls.DialOptions()
+	if err != nil {
+		return err
+	}
+	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
 	srv, err := broker.New(broker.Config{
 		Etcd: etcd, Root: f.prefix, Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise,
-		Dir: f.dir, DefaultStore: f.store, Limit: f.limit, LeaseTTL: f.lease, Logger: slog.Default(),
+		Dir: f.dir, DefaultStore: f.store, Limit: f.limit, LeaseTTL: f.lease, DialOptions: dialOpts,
+		Logger: slog.Default(),
 	})
 	if err != nil {
 		return usageError{err}
@@ -198,8 +221,9 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	ctx, drain, stop := signals.Drain(ctx, "draining")
 	defer stop()
 	slog.Info("broker serving", "broker", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),
-		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "dir", f.dir, "store", f.store)
-	err = serveBroker(ctx, drain, srv, lis)
+		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "dir", f.dir, "store", f.store,
+		"tls", !f.tls.IsZero(), "mutualTLS", f.tls.CA != "")
+	err = serveBroker(ctx, drain, srv, lis, serverOpts...)
 	switch {
 	case err == nil:
 		slog.Info("broker drained and stopped")
@@ -209,30 +233,12 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	return err
 }
 
-// dialEtcd connects to etcd, and checks that it answers.
-func dialEtcd(ctx context.Context, endpoints, prefix string) (*clientv3.Client, error) {
-	var eps []string
-	for _, e := range strings.Split(endpoints, ",") {
-		eps = append(eps, strings.TrimSpace(e))
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := c.Get(pingCtx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("etcd %s does not answer: %w", endpoints, err)
-	}
-	return c, nil
-}
-
 // serveBroker serves srv's gRPC on lis while srv runs, and stops serving
 // once Run returns: at once if ctx is done, after draining if drain is
-// closed. A failure to serve stops the broker.
-func serveBroker(ctx context.Context, drain <-chan struct{}, srv *broker.Server, lis net.Listener) error {
-	gs := grpc.NewServer(rpcbuf.ServerOptions()...)
+// closed. A failure to serve stops the broker. opts are added to the
+// gRPC server's (its TLS credentials, say).
+func serveBroker(ctx context.Context, drain <-chan struct{}, srv *broker.Server, lis net.Listener, opts ...grpc.ServerOption) error {
+	gs := grpc.NewServer(append(rpcbuf.ServerOptions(), opts...)...)
 	protocol.RegisterJournalServer(gs, srv)
 	return grpcserve.Run(ctx, drain, gs, lis, srv.Run)
 }

@@ -15,11 +15,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -36,6 +39,14 @@ const applyBatch = 100
 type journalsFlags struct {
 	broker  string
 	timeout time.Duration
+	tls     tlsconfig.Files
+}
+
+// addFlags adds the flags of every command that talks to brokers.
+func (jf *journalsFlags) addFlags(pf *pflag.FlagSet, timeoutUsage string) {
+	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	pf.DurationVar(&jf.timeout, "timeout", 10*time.Second, timeoutUsage)
+	jf.tls.AddFlags(pf, "tls", "QUIRE_TLS", "this client")
 }
 
 func newJournalsCommand() *cobra.Command {
@@ -62,9 +73,7 @@ name=NAME and prefix=P (each prefix of the name ending in '/'):
 Errors are printed on standard error with a non-zero exit; bad input
 (flags, selectors, spec files) exits with 2 and changes nothing.`,
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), "host:port of any broker (env QUIRE_BROKER)")
-	pf.DurationVar(&jf.timeout, "timeout", 10*time.Second, "how long to wait for a broker to answer (reads and appends: to find the journal)")
+	jf.addFlags(cmd.PersistentFlags(), "how long to wait for a broker to answer (reads and appends: to find the journal)")
 	cmd.AddCommand(
 		newJournalsListCommand(jf), newJournalsApplyCommand(jf), newJournalsEditCommand(jf),
 		newJournalsDeleteCommand(jf), newJournalsAppendCommand(jf), newJournalsReadCommand(jf),
@@ -81,7 +90,20 @@ func (jf *journalsFlags) connect(ctx context.Context) (*client.Client, error) {
 	if jf.timeout <= 0 {
 		return nil, usagef("--timeout %s: want a positive duration", jf.timeout)
 	}
-	return client.New(ctx, client.Config{Broker: jf.broker})
+	opts, err := dialOptions(jf.tls, "tls")
+	if err != nil {
+		return nil, err
+	}
+	return client.New(ctx, client.Config{Broker: jf.broker, DialOptions: opts})
+}
+
+// dialOptions are the gRPC dial options of the TLS flags --PREFIX-*.
+func dialOptions(files tlsconfig.Files, prefix string) ([]grpc.DialOption, error) {
+	opts, err := files.DialOptions()
+	if err != nil {
+		return nil, usagef("%s: %w", tlsconfig.Flags(prefix), err)
+	}
+	return opts, nil
 }
 
 // brokerError explains a request that failed, for a person.

@@ -2,22 +2,22 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/signals"
+	"github.com/quire-dev/quire/internal/tlsconfig"
 )
 
 type memberFlags struct {
 	etcd, prefix, zone, suffix string
 	limit                      int
 	leaseTTL                   time.Duration
+	etcdTLS                    tlsconfig.Files
 }
 
 func newMemberCommand() *cobra.Command {
@@ -43,6 +43,7 @@ it exits once it holds nothing. A second signal exits at once.`,
 	cmd.Flags().StringVar(&f.suffix, "suffix", "", "the member's name, unique within its zone")
 	cmd.Flags().IntVar(&f.limit, "limit", 1000, "most items the member holds")
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease", 10*time.Second, "how long the member's keys outlive it if it dies")
+	f.etcdTLS.AddFlags(cmd.Flags(), "etcd", "QUIRE_ETCD", "the member's etcd client")
 	return cmd
 }
 
@@ -69,13 +70,9 @@ func runMember(ctx context.Context, f memberFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   strings.Split(f.etcd, ","),
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	client, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
 	if err != nil {
-		return fmt.Errorf("connecting to etcd %s: %w", f.etcd, err)
+		return err
 	}
 	defer client.Close()
 	ctx, drain, stop := signals.Drain(ctx, "draining")

@@ -18,10 +18,11 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -38,6 +39,7 @@ const statTimeout = 2 * time.Second
 type shardsFlags struct {
 	consumer string
 	timeout  time.Duration
+	tls      tlsconfig.Files
 }
 
 func newShardsCommand() *cobra.Command {
@@ -72,6 +74,7 @@ Errors are printed on standard error with a non-zero exit; bad input
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&sf.consumer, "consumer", envOr("QUIRE_CONSUMER", defaultConsumer), "host:port of any process of the consumer application (env QUIRE_CONSUMER)")
 	pf.DurationVar(&sf.timeout, "timeout", 10*time.Second, "how long to wait for a consumer process (or a broker) to answer")
+	sf.tls.AddFlags(pf, "tls", "QUIRE_TLS", "this client (of consumer processes and brokers)")
 	cmd.AddCommand(
 		newShardsListCommand(sf), newShardsApplyCommand(sf), newShardsEditCommand(sf),
 		newShardsDeleteCommand(sf), newShardsUnassignCommand(sf), newShardsHintsCommand(sf),
@@ -105,8 +108,11 @@ func (sf *shardsFlags) connect() (*shardsClient, error) {
 	if err := sf.validate(); err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(sf.consumer, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+	opts, err := dialOptions(sf.tls, "tls")
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(sf.consumer, append(opts, grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))...)
 	if err != nil {
 		return nil, usagef("--consumer %q: %w", sf.consumer, err)
 	}
@@ -114,6 +120,16 @@ func (sf *shardsFlags) connect() (*shardsClient, error) {
 }
 
 func (c *shardsClient) Close() error { return c.conn.Close() }
+
+// journals returns a client of the brokers, through broker, with the
+// shards commands' TLS.
+func (sf *shardsFlags) journals(ctx context.Context, broker string) (*client.Client, error) {
+	opts, err := dialOptions(sf.tls, "tls")
+	if err != nil {
+		return nil, err
+	}
+	return client.New(ctx, client.Config{Broker: broker, DialOptions: opts})
+}
 
 // consumerError explains a request that failed, for a person.
 func (sf *shardsFlags) consumerError(what string, err error) error {

@@ -336,7 +336,7 @@ func runShardsRecover(ctx context.Context, stdout, stderr io.Writer, sf *shardsF
 		// content that is missing.)
 		candidates, names = []*recoverylog.Hints{nil}, []string{"the log's start"}
 	}
-	jc, err := client.New(ctx, client.Config{Broker: f.broker})
+	jc, err := sf.journals(ctx, f.broker)
 	if err != nil {
 		return err
 	}
@@ -534,7 +534,7 @@ func runShardsPrune(ctx context.Context, stdout, stderr io.Writer, sf *shardsFla
 		fmt.Fprintf(stderr, "no shards match %q\n", sel)
 		return nil
 	}
-	jc, err := client.New(ctx, client.Config{Broker: f.broker})
+	jc, err := sf.journals(ctx, f.broker)
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// Pool is a set of connections by endpoint. The zero Pool is ready.
+// Pool is a set of connections by endpoint. The zero Pool is ready, and
+// dials in plaintext.
 type Pool struct {
+	// Options are added to the pool's dial options (rpcbuf's, and
+	// plaintext transport credentials, which options may replace: with
+	// TLS, say). Set them before the first Get.
+	Options []grpc.DialOption
+
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
@@ -25,7 +31,8 @@ func (p *Pool) Get(endpoint string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[endpoint]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(endpoint, append(rpcbuf.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	opts := append(rpcbuf.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(endpoint, append(opts, p.Options...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing %s: %w", endpoint, err)
 	}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/tlstest"
+)
+
+// Brokers serving mutual TLS: clients with a certificate of the fleet's
+// CA append and read, through either broker, at replication 2 (so the
+// brokers replicate to each other over TLS); a client without TLS, or
+// without a certificate, is refused.
+func TestBrokersServeMutualTLS(t *testing.T) {
+	pki := tlstest.New(t)
+	etcd, root := etcdtest.Client(t)
+	serverTLS := []string{"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-ca", pki.CA}
+	clientTLS := []string{"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--tls-ca", pki.CA}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var addrs []string
+	for _, name := range []string{"b1", "b2"} {
+		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		addrs = append(addrs, addr)
+		srvCtx, stop := context.WithCancel(context.Background())
+		done := make(chan result, 1)
+		go func() {
+			done <- quire(srvCtx, nil, append([]string{"broker", "serve", "--etcd", etcdtest.Shared(t).Endpoint(),
+				"--prefix", root, "--zone", "z" + name, "--suffix", name, "--listen", addr, "--dir", t.TempDir(),
+				"--store", "file://" + t.TempDir() + "/", "--lease", "3s", "--log-level", "warn"}, serverTLS...)...)
+		}()
+		t.Cleanup(func() { stop(); <-done })
+		if err := awaitKey(ctx, etcd, allocator.MemberKey(root, "z"+name, name)); err != nil {
+			t.Fatalf("broker %s never announced itself: %v", name, err)
+		}
+	}
+
+	with := func(args ...string) []string { return append(args, clientTLS...) }
+	must(t, addrs[0], strings.NewReader("journals: [{name: secure/j, replication: 2}]\n"), with("journals", "apply", "-f", "-")...)
+	must(t, addrs[1], strings.NewReader("over TLS"), with("journals", "append", "-j", "secure/j")...)
+	for _, addr := range addrs {
+		if got := must(t, addr, nil, with("journals", "read", "-j", "secure/j")...).stdout; got != "over TLS" {
+			t.Errorf("read through %s: %q", addr, got)
+		}
+	}
+	if got := must(t, addrs[0], nil, with("journals", "list")...).stdout; !strings.Contains(got, "zb1/b1") || !strings.Contains(got, "zb2/b2") {
+		t.Errorf("secure/j is not replicated on both brokers:\n%s", got)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"plaintext", nil},
+		{"no client certificate", []string{"--tls-ca", pki.CA}},
+		{"the system's roots", []string{"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey}},
+	} {
+		r := quire(context.Background(), nil, append([]string{"journals", "list", "--broker", addrs[0], "--timeout", "2s"}, tc.args...)...)
+		if r.err == nil {
+			t.Errorf("%s: journals list succeeded against brokers that require mutual TLS", tc.name)
+		}
+	}
+}
+
+// TLS flags that do not go together are refused before anything starts.
+func TestTLSFlags(t *testing.T) {
+	pki := tlstest.New(t)
+	for _, args := range [][]string{
+		{"journals", "list", "--tls-cert", pki.ClientCert},
+		{"journals", "list", "--tls-ca", "/nonexistent/ca.pem"},
+		{"shards", "list", "--tls-key", pki.ClientKey},
+		{"broker", "serve", "--dir", t.TempDir(), "--store", "file:///tmp/store/", "--tls-ca", pki.CA},
+		{"broker", "serve", "--dir", t.TempDir(), "--store", "file:///tmp/store/", "--etcd-cert", pki.ClientCert},
+	} {
+		r := quire(context.Background(), nil, args...)
+		if !errors.As(r.err, new(usageError)) {
+			t.Errorf("quire %s: %v, want a usage error", strings.Join(args, " "), r.err)
+		}
+	}
+}

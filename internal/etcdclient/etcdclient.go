@@ -1,0 +1,41 @@
+// Package etcdclient connects Quire's servers and commands to etcd, the
+// coordination store, in plaintext or over TLS.
+package etcdclient
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/quire-dev/quire/internal/tlsconfig"
+)
+
+// Dial connects to etcd at endpoints (comma-separated URLs; https ones
+// need files' CA, or the system's roots, to trust etcd, and its
+// certificate if etcd asks clients for one), and checks within timeout
+// that etcd answers, by counting the keys under prefix.
+func Dial(ctx context.Context, endpoints string, files tlsconfig.Files, prefix string, timeout time.Duration) (*clientv3.Client, error) {
+	tls, err := files.Client()
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: %w", err)
+	}
+	var eps []string
+	for _, e := range strings.Split(endpoints, ",") {
+		eps = append(eps, strings.TrimSpace(e))
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: timeout, Logger: zap.NewNop(), TLS: tls})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("etcd %s does not answer: %w", endpoints, err)
+	}
+	return c, nil
+}
