@@ -23,6 +23,8 @@ import (
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/tlsconfig"
+	"github.com/quire-dev/quire/internal/tlstest"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -45,7 +47,8 @@ func runMain(ctx context.Context, app consumer.Application, args ...string) erro
 
 func clearEnv(t *testing.T) {
 	for _, v := range []string{"QUIRE_ETCD", "QUIRE_CONSUMER_PREFIX", "QUIRE_ZONE", "QUIRE_SUFFIX",
-		"QUIRE_LISTEN", "QUIRE_CONSUMER_DIR", "QUIRE_BROKER", "QUIRE_METRICS"} {
+		"QUIRE_LISTEN", "QUIRE_CONSUMER_DIR", "QUIRE_BROKER", "QUIRE_METRICS",
+		"QUIRE_TLS_CERT", "QUIRE_TLS_KEY", "QUIRE_TLS_CA", "QUIRE_ETCD_CERT", "QUIRE_ETCD_KEY", "QUIRE_ETCD_CA"} {
 		t.Setenv(v, "")
 	}
 }
@@ -77,6 +80,10 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--lease-ttl", "100ms"}, want: "--lease-ttl 100ms"},
 		{args: []string{"--log-level", "loud"}, want: `--log-level "loud"`},
 		{args: []string{"extra"}, want: `unknown command "extra"`},
+		{args: []string{"--tls-ca", "ca.pem"}, want: "--tls-ca without --tls-cert"},
+		{args: []string{"--tls-cert", "cert.pem"}, want: "has no key file"},
+		{args: []string{"--etcd-key", "key.pem"}, want: "--etcd-cert, --etcd-key, --etcd-ca"},
+		{env: map[string]string{"QUIRE_TLS_KEY": "key.pem"}, want: "has no certificate file"},
 		// Flags fall back to the environment.
 		{env: map[string]string{"QUIRE_CONSUMER_PREFIX": "nope"}, want: `--prefix "nope"`},
 		{env: map[string]string{"QUIRE_BROKER": "nowhere"}, want: `--broker "nowhere"`},
@@ -299,4 +306,97 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// A consumer process serving mutual TLS, with brokers that serve it too:
+// its shard plays and records its recovery log and reads its source over
+// TLS, and it answers clients that present a certificate of the CA, and
+// no others.
+func TestServeTLS(t *testing.T) {
+	clearEnv(t)
+	pki := tlstest.New(t)
+	files := tlsconfig.Files{Cert: pki.ServerCert, Key: pki.ServerKey, CA: pki.CA}
+	serverOpts, err := files.ServerOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientFiles := tlsconfig.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}
+	dialOpts, err := clientFiles.DialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := brokertest.New(t)
+	bc.ServerOptions, bc.DialOptions = serverOpts, dialOpts
+	b := bc.Start("b1")
+	journals := bc.Client(b)
+	root := strings.TrimSuffix(bc.Root, "/") + "-tls/"
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	serveCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- runMain(serveCtx, servedCounter{}, "serve", "--etcd", etcdtest.Shared(t).Endpoint(),
+			"--prefix", root, "--zone", "z1", "--suffix", "tls", "--listen", addr, "--broker", b.Endpoint,
+			"--lease-ttl", "3s", "--log-level", "warn",
+			"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-ca", pki.CA)
+	}()
+	defer func() { stop(); <-done }()
+	awaitMember(t, bc.Etcd, allocator.MemberKey(root, "z1", "tls"), true, done)
+
+	conn, err := grpc.NewClient(addr, dialOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	shards := protocol.NewShardClient(conn)
+	spec := &consumer.ShardSpec{ID: "tls/shard-0", Sources: []consumer.Source{{Journal: "tls/in-0"}},
+		RecoveryLogPrefix: "recovery", HintPrefix: root + "hints/"}
+	bc.Journals(journals, 1, "tls/in-0", spec.RecoveryLog())
+	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{
+		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("apply over TLS: %v %v", resp, err)
+	}
+	for {
+		list, err := shards.List(ctx, &protocol.ShardListRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Shards) == 1 && list.Shards[0].Status.GetCode() == protocol.ReplicaCode_PRIMARY {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("shard not PRIMARY: %v", list)
+		}
+		time.Sleep(20 * time.Millisecond) // Polling the shard's status.
+	}
+
+	for name, opts := range map[string][]grpc.DialOption{
+		"plaintext":             {grpc.WithTransportCredentials(insecure.NewCredentials())},
+		"no client certificate": mustDialOptions(t, tlsconfig.Files{CA: pki.CA}),
+	} {
+		c, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := protocol.NewShardClient(c).List(short, &protocol.ShardListRequest{}); err == nil {
+			t.Errorf("%s: a client was answered by a process that requires mutual TLS", name)
+		}
+		cancelShort()
+		c.Close()
+	}
+}
+
+func mustDialOptions(t *testing.T, f tlsconfig.Files) []grpc.DialOption {
+	t.Helper()
+	opts, err := f.DialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts
 }

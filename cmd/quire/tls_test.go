@@ -9,18 +9,32 @@ import (
 	"time"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/internal/tlstest"
 )
 
-// Brokers serving mutual TLS: clients with a certificate of the fleet's
-// CA append and read, through either broker, at replication 2 (so the
-// brokers replicate to each other over TLS); a client without TLS, or
-// without a certificate, is refused.
+// Brokers serving mutual TLS, with an etcd that requires it too: clients
+// with a certificate of the fleet's CA append and read, through either
+// broker, at replication 2 (so the brokers replicate to each other over
+// TLS); a client without TLS, or without a certificate, is refused.
 func TestBrokersServeMutualTLS(t *testing.T) {
 	pki := tlstest.New(t)
-	etcd, root := etcdtest.Client(t)
-	serverTLS := []string{"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-ca", pki.CA}
+	etcdSrv, err := etcdtest.Start(t.TempDir(), etcdtest.Options{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, TrustedCAFile: pki.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcdSrv.Close()
+	root := "/quire/brokers/"
+	etcdTLS := tlsconfig.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}
+	etcd, err := etcdclient.Dial(context.Background(), etcdSrv.Endpoint(), etcdTLS, root, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	serverTLS := []string{"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-ca", pki.CA,
+		"--etcd-cert", pki.ClientCert, "--etcd-key", pki.ClientKey, "--etcd-ca", pki.CA}
 	clientTLS := []string{"--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--tls-ca", pki.CA}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -31,7 +45,7 @@ func TestBrokersServeMutualTLS(t *testing.T) {
 		srvCtx, stop := context.WithCancel(context.Background())
 		done := make(chan result, 1)
 		go func() {
-			done <- quire(srvCtx, nil, append([]string{"broker", "serve", "--etcd", etcdtest.Shared(t).Endpoint(),
+			done <- quire(srvCtx, nil, append([]string{"broker", "serve", "--etcd", etcdSrv.Endpoint(),
 				"--prefix", root, "--zone", "z" + name, "--suffix", name, "--listen", addr, "--dir", t.TempDir(),
 				"--store", "file://" + t.TempDir() + "/", "--lease", "3s", "--log-level", "warn"}, serverTLS...)...)
 		}()

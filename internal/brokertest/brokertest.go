@@ -39,6 +39,11 @@ type Cluster struct {
 	// broker's writes off the disk of what they measure, as a broker on
 	// another machine would.
 	SpoolRoot string
+	// ServerOptions are added to the brokers' gRPC servers', and
+	// DialOptions to those of their connections to each other and of
+	// Client's: TLS, say. Set them before Start.
+	ServerOptions []grpc.ServerOption
+	DialOptions   []grpc.DialOption
 }
 
 // KeepUnder puts the brokers' spools and the fragment store in fresh
@@ -94,9 +99,10 @@ func (c *Cluster) Start(name string) *Broker {
 		}
 		c.t.Cleanup(func() { os.RemoveAll(dir) })
 	}
-	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(rpcbuf.ServerOptions()...), done: make(chan error, 1)}
+	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(append(rpcbuf.ServerOptions(), c.ServerOptions...)...), done: make(chan error, 1)}
 	srv, err := broker.New(broker.Config{Etcd: c.Etcd, Root: c.Root, Zone: "z" + name, Suffix: name,
-		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: 3 * time.Second, Logger: quiet})
+		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: 3 * time.Second,
+		DialOptions: c.DialOptions, Logger: quiet})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -131,7 +137,7 @@ func (c *Cluster) Stop(b *Broker) {
 // ends.
 func (c *Cluster) Client(b *Broker) *client.Client {
 	c.t.Helper()
-	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint})
+	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint, DialOptions: c.DialOptions})
 	if err != nil {
 		c.t.Fatal(err)
 	}

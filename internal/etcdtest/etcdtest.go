@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -32,6 +33,7 @@ type Server struct {
 	clientURL url.URL
 	peerURL   url.URL
 	maxTxnOps uint
+	tls       transport.TLSInfo
 	etcd      *embed.Etcd
 }
 
@@ -39,6 +41,11 @@ type Server struct {
 type Options struct {
 	// MaxTxnOps is the server's --max-txn-ops; zero means etcd's default (128).
 	MaxTxnOps uint
+	// CertFile and KeyFile, if set, make the server serve its clients
+	// over TLS (an https endpoint); with TrustedCAFile, it requires them
+	// to present a certificate that the CA signed. Client does not reach
+	// such a server: dial it with the files of its clients.
+	CertFile, KeyFile, TrustedCAFile string
 }
 
 // Start starts a dedicated server in dir (a fresh temporary directory if
@@ -64,6 +71,11 @@ func Start(dir string, opts Options) (*Server, error) {
 		peerURL:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", peerPort)},
 		maxTxnOps: opts.MaxTxnOps,
 	}
+	if opts.CertFile != "" {
+		s.clientURL.Scheme = "https"
+		s.tls = transport.TLSInfo{CertFile: opts.CertFile, KeyFile: opts.KeyFile,
+			TrustedCAFile: opts.TrustedCAFile, ClientCertAuth: opts.TrustedCAFile != ""}
+	}
 	return s, s.start()
 }
 
@@ -76,6 +88,7 @@ func (s *Server) start() error {
 	cfg.ListenPeerUrls = []url.URL{s.peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{s.peerURL}
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, s.peerURL.String())
+	cfg.ClientTLSInfo = s.tls
 	cfg.UnsafeNoFsync = true // Tests do not survive power loss; they do survive a restart.
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
