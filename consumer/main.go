@@ -331,11 +331,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	}
 	defer unlock()
 
-	serverOpts, err := f.tls.ServerOptions()
-	if err != nil {
-		return err
-	}
-	dialOpts, err := f.tls.DialOptions()
+	serverOpts, dialOpts, err := f.tls.Options()
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/etcdtest"
@@ -196,32 +197,9 @@ func TestServe(t *testing.T) {
 
 	// A shard, served by the process.
 	shards := protocol.NewShardClient(conn)
-	spec := &consumer.ShardSpec{ID: "served/shard-0", Sources: []consumer.Source{{Journal: "served/in-0"}},
-		RecoveryLogPrefix: "recovery", HintPrefix: root + "hints/"}
-	bc.Journals(journals, 1, "served/in-0", spec.RecoveryLog())
-	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{
-		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
-		t.Fatalf("apply: %v %v", resp, err)
-	}
-	for {
-		list, err := shards.List(ctx, &protocol.ShardListRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list.Shards) == 1 && list.Shards[0].Status.GetCode() == protocol.ReplicaCode_PRIMARY {
-			if r := list.Shards[0].Replicas; len(r) != 1 || r[0].Endpoint != addr {
-				t.Errorf("replicas %v, want one at %s", r, addr)
-			}
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("shard not PRIMARY: %v", list)
-		}
-		time.Sleep(20 * time.Millisecond)
+	spec := servedShard(ctx, t, bc, journals, shards, "served", root)
+	if r := awaitPrimary(ctx, t, shards).Replicas; len(r) != 1 || r[0].Endpoint != addr {
+		t.Errorf("replicas %v, want one at %s", r, addr)
 	}
 
 	// Its metrics are served, the recorder's among them: the shard's store
@@ -350,30 +328,8 @@ func TestServeTLS(t *testing.T) {
 	}
 	defer conn.Close()
 	shards := protocol.NewShardClient(conn)
-	spec := &consumer.ShardSpec{ID: "tls/shard-0", Sources: []consumer.Source{{Journal: "tls/in-0"}},
-		RecoveryLogPrefix: "recovery", HintPrefix: root + "hints/"}
-	bc.Journals(journals, 1, "tls/in-0", spec.RecoveryLog())
-	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{
-		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
-		t.Fatalf("apply over TLS: %v %v", resp, err)
-	}
-	for {
-		list, err := shards.List(ctx, &protocol.ShardListRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list.Shards) == 1 && list.Shards[0].Status.GetCode() == protocol.ReplicaCode_PRIMARY {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("shard not PRIMARY: %v", list)
-		}
-		time.Sleep(20 * time.Millisecond) // Polling the shard's status.
-	}
+	servedShard(ctx, t, bc, journals, shards, "tls", root)
+	awaitPrimary(ctx, t, shards)
 
 	for name, opts := range map[string][]grpc.DialOption{
 		"plaintext":             {grpc.WithTransportCredentials(insecure.NewCredentials())},
@@ -389,6 +345,43 @@ func TestServeTLS(t *testing.T) {
 		}
 		cancelShort()
 		c.Close()
+	}
+}
+
+// servedShard applies a shard NAME/shard-0 of a source NAME/in-0, with a
+// recovery log, through shards.
+func servedShard(ctx context.Context, t *testing.T, bc *brokertest.Cluster, journals *client.Client,
+	shards protocol.ShardClient, name, root string) *consumer.ShardSpec {
+	t.Helper()
+	spec := &consumer.ShardSpec{ID: name + "/shard-0", Sources: []consumer.Source{{Journal: name + "/in-0"}},
+		RecoveryLogPrefix: "recovery", HintPrefix: root + "hints/"}
+	bc.Journals(journals, 1, name+"/in-0", spec.RecoveryLog())
+	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{
+		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("apply: %v %v", resp, err)
+	}
+	return spec
+}
+
+// awaitPrimary polls until the only shard is PRIMARY, and returns it.
+func awaitPrimary(ctx context.Context, t *testing.T, shards protocol.ShardClient) *protocol.ShardListResponse_Shard {
+	t.Helper()
+	for {
+		list, err := shards.List(ctx, &protocol.ShardListRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Shards) == 1 && list.Shards[0].Status.GetCode() == protocol.ReplicaCode_PRIMARY {
+			return list.Shards[0]
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("shard not PRIMARY: %v", list)
+		}
+		time.Sleep(20 * time.Millisecond) // Polling the shard's status.
 	}
 }
 

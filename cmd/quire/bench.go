@@ -112,15 +112,11 @@ func runBenchAppend(ctx context.Context, stdout, stderr io.Writer, jf *journalsF
 	if err != nil {
 		return err
 	}
-	c, err := jf.connect(ctx)
+	c, replication, err := connectBench(ctx, stderr, jf, f.journal, f.replication)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	replication, err := ensureJournal(ctx, c, stderr, jf, f.journal, f.replication)
-	if err != nil {
-		return err
-	}
 	payload := make([]byte, size)
 	rand.Read(payload)
 	// A first append, untimed, waits for the journal to have its brokers.
@@ -147,6 +143,21 @@ func runBenchAppend(ctx context.Context, stdout, stderr io.Writer, jf *journalsF
 		res.Writers, protocol.FormatSize(size), res.Seconds, res.Appends, res.AppendsPerSec, res.MBPerSecond,
 		res.P50Ms, res.P99Ms, res.P999Ms)
 	return tw.Flush()
+}
+
+// connectBench connects to the brokers and makes sure the benchmark's
+// journal exists (see ensureJournal).
+func connectBench(ctx context.Context, stderr io.Writer, jf *journalsFlags, journal string, replication int32) (*client.Client, int32, error) {
+	c, err := jf.connect(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := ensureJournal(ctx, c, stderr, jf, journal, replication)
+	if err != nil {
+		c.Close()
+		return nil, 0, err
+	}
+	return c, r, nil
 }
 
 // ensureJournal creates journal with replication if it does not exist,

@@ -96,15 +96,11 @@ func runBenchMessages(ctx context.Context, stdout, stderr io.Writer, jf *journal
 	if err := f.validate(); err != nil {
 		return err
 	}
-	c, err := jf.connect(ctx)
+	c, replication, err := connectBench(ctx, stderr, jf, f.journal, f.replication)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	replication, err := ensureJournal(ctx, c, stderr, jf, f.journal, f.replication)
-	if err != nil {
-		return err
-	}
 	ctx, stop := interruptible(ctx)
 	defer stop()
 	appender := c.NewAppender(ctx, client.AppenderConfig{})

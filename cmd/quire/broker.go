@@ -187,11 +187,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	serverOpts, err := f.tls.ServerOptions()
-	if err != nil {
-		return err
-	}
-	dialOpts, err := f.tls.DialOptions()
+	serverOpts, dialOpts, err := f.tls.Options()
 	if err != nil {
 		return err
 	}

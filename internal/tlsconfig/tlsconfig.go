@@ -143,6 +143,20 @@ func (f Files) DialOptions() ([]grpc.DialOption, error) {
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, nil
 }
 
+// Options are f's gRPC server and dial options together, for a process
+// that is a server and a client of its peers.
+func (f Files) Options() ([]grpc.ServerOption, []grpc.DialOption, error) {
+	server, err := f.ServerOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	dial, err := f.DialOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	return server, dial, nil
+}
+
 func (f Files) pool() (*x509.CertPool, error) {
 	pem, err := os.ReadFile(f.CA)
 	if err != nil {
