@@ -106,8 +106,28 @@ func dialOptions(files tlsconfig.Files, prefix string) ([]grpc.DialOption, error
 	return opts, nil
 }
 
+// tlsHint explains an error of a connection whose TLS does not match its
+// server's, or says nothing.
+func tlsHint(server string, err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return server + " does not serve TLS: drop --tls-cert, --tls-key and --tls-ca (and QUIRE_TLS_*)"
+	case strings.Contains(msg, "tls: certificate required"):
+		return server + " requires a client certificate (mutual TLS): give --tls-cert and --tls-key"
+	case strings.Contains(msg, "x509:"):
+		return server + "'s certificate is not trusted (or not valid for its address): give --tls-ca with the CA that signed it"
+	case strings.Contains(msg, "server preface: EOF"):
+		return server + " closed the connection at once: does it serve TLS? then give --tls-ca (and --tls-cert, --tls-key if it requires client certificates)"
+	}
+	return ""
+}
+
 // brokerError explains a request that failed, for a person.
 func (jf *journalsFlags) brokerError(what string, err error) error {
+	if hint := tlsHint("broker "+jf.broker, err); hint != "" {
+		return fmt.Errorf("%s: %s: %w", what, hint, err)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: no answer from broker %s within %s (is it running? 'quire dev' starts one; --broker or QUIRE_BROKER names another): %w",
 			what, jf.broker, jf.timeout, err)

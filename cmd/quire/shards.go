@@ -133,6 +133,9 @@ func (sf *shardsFlags) journals(ctx context.Context, broker string) (*client.Cli
 
 // consumerError explains a request that failed, for a person.
 func (sf *shardsFlags) consumerError(what string, err error) error {
+	if hint := tlsHint("consumer "+sf.consumer, err); hint != "" {
+		return fmt.Errorf("%s: %s: %w", what, hint, err)
+	}
 	code := status.Code(err)
 	if errors.Is(err, context.DeadlineExceeded) || code == codes.DeadlineExceeded {
 		return fmt.Errorf("%s: no answer from consumer %s within %s (is it running? 'quire dev' hosts one; --consumer or QUIRE_CONSUMER names another): %w",
