@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -60,6 +61,23 @@ func OpenPebble(dir string, fs vfs.FS, opts *pebble.Options) (*Pebble, error) {
 		return nil, fmt.Errorf("store: opening pebble at %s: %w", dir, err)
 	}
 	return &Pebble{fs: fs, db: db, batch: db.NewIndexedBatch()}, nil
+}
+
+// PebbleLogger returns a pebble.Logger that logs to log: Pebble's routine
+// messages at debug level, its errors at error level. Fatalf logs, then
+// panics: Pebble calls it on a broken invariant and expects it not to
+// return.
+func PebbleLogger(log *slog.Logger) pebble.Logger { return pebbleLogger{log} }
+
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) { l.log.Debug(fmt.Sprintf(format, args...)) }
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...))
+}
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...))
+	panic(fmt.Sprintf(format, args...))
 }
 
 // DB returns the database, for reads of committed state. Writes go to

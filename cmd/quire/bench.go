@@ -24,14 +24,15 @@ func newBenchCommand() *cobra.Command {
 	jf := &journalsFlags{}
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure append, read and message throughput of a running cluster",
+		Short: "Measure append, read, message and recording throughput against a running cluster",
 		Long: `Measure a running cluster (--broker, else $QUIRE_BROKER, else 'quire dev'):
 'bench append' appends from concurrent writers for a while, 'bench read'
 reads a journal back, 'bench messages' publishes messages while a reader
-tails them. Each prints a small table, or JSON with -o json.`,
+tails them, 'bench recording' measures what recording a Pebble database
+into a recovery log costs. Each prints a small table, or JSON with -o json.`,
 	}
 	jf.addFlags(cmd.PersistentFlags(), "how long to wait for a broker to answer a request")
-	cmd.AddCommand(newBenchAppendCommand(jf), newBenchReadCommand(jf), newBenchMessagesCommand(jf))
+	cmd.AddCommand(newBenchAppendCommand(jf), newBenchReadCommand(jf), newBenchMessagesCommand(jf), newBenchRecordingCommand(jf))
 	return cmd
 }
 

@@ -495,6 +495,38 @@ func TestBenchMessages(t *testing.T) {
 	}
 }
 
+// bench recording writes plain and recorded, reports both and the cost,
+// and deletes the journals it created.
+func TestBenchRecording(t *testing.T) {
+	b := startBroker(t)
+	r := quire(context.Background(), nil, "bench", "recording", "--broker", b, "-j", "bench/rec",
+		"--duration", "300ms", "-o", "json")
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
+	}
+	var res benchRecordingResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if len(res.Runs) != 2 || res.Runs[0].Recorded || !res.Runs[1].Recorded {
+		t.Fatalf("runs %+v, want plain then recorded", res.Runs)
+	}
+	for _, run := range res.Runs {
+		if run.Batches == 0 || run.MBPerSecond <= 0 || run.Recorded != (run.LogBytes > int64(run.Batches)*100*1024) {
+			t.Errorf("run %+v", run)
+		}
+	}
+	if res.Cost >= 1 {
+		t.Errorf("cost %v", res.Cost)
+	}
+	if got := must(t, b, nil, "journals", "list", "-l", "prefix=bench/rec/").stdout; strings.Contains(got, "bench/rec/") {
+		t.Errorf("the recovery logs were left:\n%s", got)
+	}
+	if bad := quire(context.Background(), nil, "bench", "recording", "--broker", b, "--rounds", "0"); !errors.As(bad.err, new(usageError)) {
+		t.Errorf("--rounds 0: %v", bad.err)
+	}
+}
+
 // An append that cannot complete (no broker may take the journal: the
 // only one is at its limit) says so after a while, and gives up when
 // interrupted.

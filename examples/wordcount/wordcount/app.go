@@ -19,7 +19,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
@@ -51,7 +50,7 @@ func (App) Name() string { return "wordcount" }
 // NewStore opens the shard's Pebble database, recorded into its recovery
 // log through shard.FS().
 func (App) NewStore(shard *consumer.Shard) (store.Store, error) {
-	return store.OpenPebble(shard.Dir(), shard.FS(), &pebble.Options{Logger: pebbleLog{shard.Logger()}})
+	return store.OpenPebble(shard.Dir(), shard.FS(), &pebble.Options{Logger: store.PebbleLogger(shard.Logger())})
 }
 
 // NewMessage returns a Word: every source journal holds them.
@@ -100,17 +99,4 @@ func ReadCount(r pebble.Reader, word string) (uint64, error) {
 		return 0, fmt.Errorf("the count of %q is corrupt: %x", word, v)
 	}
 	return n, nil
-}
-
-// pebbleLog sends Pebble's logs to the shard's logger; its routine
-// messages only at debug level.
-type pebbleLog struct{ log *slog.Logger }
-
-func (l pebbleLog) Infof(format string, args ...any) { l.log.Debug(fmt.Sprintf(format, args...)) }
-func (l pebbleLog) Errorf(format string, args ...any) {
-	l.log.Error(fmt.Sprintf(format, args...))
-}
-func (l pebbleLog) Fatalf(format string, args ...any) {
-	l.log.Error(fmt.Sprintf(format, args...))
-	panic(fmt.Sprintf(format, args...))
 }

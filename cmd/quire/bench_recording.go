@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/spf13/cobra"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/protocol"
+	"github.com/quire-dev/quire/recoverylog"
+	"github.com/quire-dev/quire/store"
+)
+
+type benchRecordingFlags struct {
+	journal, dir, output string
+	rounds               int
+	replication          int32
+	duration             time.Duration
+}
+
+func newBenchRecordingCommand(jf *journalsFlags) *cobra.Command {
+	var f benchRecordingFlags
+	cmd := &cobra.Command{
+		Use:   "recording [-j PREFIX] [--duration D] [--rounds N] [--dir DIR] [--replication R]",
+		Short: "Measure what recording a Pebble database into a recovery log costs",
+		Long: `Write to a Pebble database for --duration, first plain and then recorded
+into a recovery log through the brokers (each recorded run into a new
+journal PREFIX/TIME-N, deleted afterwards), --rounds times. The workload is
+write-heavy: batches of 100 keys with 1 KiB random values, each committed
+with a sync, as a consumer's transactions commit. Reports MB/s of values
+written each way, and the cost of recording: 1 - recorded / plain.
+
+Run it on a consumer machine against brokers on others, as in production:
+with the brokers on the same cores, recording competes with them for the
+CPU as well.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runBenchRecording(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), jf, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.journal, "journal", "j", "bench/recording", "prefix of the recovery-log journals to create")
+	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long each run writes")
+	fl.IntVar(&f.rounds, "rounds", 1, "pairs of runs (plain, then recorded)")
+	fl.StringVar(&f.dir, "dir", "", "directory for the databases (default: a temporary directory)")
+	fl.Int32Var(&f.replication, "replication", 1, "replication of the recovery logs")
+	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+// benchRecordingRun is one run of `bench recording`.
+type benchRecordingRun struct {
+	Recorded    bool    `json:"recorded"`
+	Seconds     float64 `json:"seconds"`
+	Batches     int     `json:"batches"`
+	MBPerSecond float64 `json:"mbPerSecond"`
+	// LogBytes is what the recovery log took (zero for plain runs).
+	LogBytes int64 `json:"logBytes"`
+}
+
+// benchRecordingResult is what `bench recording` reports.
+type benchRecordingResult struct {
+	Replication int32               `json:"replication"`
+	Runs        []benchRecordingRun `json:"runs"`
+	// Cost is 1 - (recorded MB/s) / (plain MB/s), over all runs.
+	Cost float64 `json:"cost"`
+}
+
+func (f *benchRecordingFlags) validate() error {
+	if err := validateJournalFlag(f.journal); err != nil {
+		return err
+	}
+	if err := checkOutput(f.output, "table", "json"); err != nil {
+		return err
+	}
+	switch {
+	case f.duration <= 0:
+		return usagef("--duration %s: want a positive duration", f.duration)
+	case f.rounds < 1:
+		return usagef("--rounds %d: want at least 1", f.rounds)
+	case f.replication < protocol.MinReplication || f.replication > protocol.MaxReplication:
+		return usagef("--replication %d: want %d to %d", f.replication, protocol.MinReplication, protocol.MaxReplication)
+	}
+	return nil
+}
+
+func runBenchRecording(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, f benchRecordingFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	c, err := jf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	dir := f.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "quire-bench-recording-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	ctx, stop := interruptible(ctx)
+	defer stop()
+	res := benchRecordingResult{Replication: f.replication}
+	var plain, recorded benchRecordingRun
+	for round := range f.rounds {
+		for _, rec := range []bool{false, true} {
+			run, err := benchRecordingOnce(ctx, stderr, c, jf, f, filepath.Join(dir, fmt.Sprintf("%d-%v", round, rec)), rec, round)
+			if err != nil {
+				return err
+			}
+			res.Runs = append(res.Runs, run)
+			total := &plain
+			if rec {
+				total = &recorded
+			}
+			total.Seconds += run.Seconds
+			total.MBPerSecond += run.MBPerSecond * run.Seconds
+		}
+	}
+	res.Cost = 1 - (recorded.MBPerSecond/recorded.Seconds)/(plain.MBPerSecond/plain.Seconds)
+	if f.output == "json" {
+		return writeJSON(stdout, res)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSECONDS\tBATCHES\tMB/S\tLOG MB")
+	for _, r := range res.Runs {
+		name := "plain"
+		if r.Recorded {
+			name = "recorded"
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%.1f\t%.1f\n", name, r.Seconds, r.Batches, r.MBPerSecond, float64(r.LogBytes)/1e6)
+	}
+	fmt.Fprintf(tw, "cost of recording: %.0f%%\n", 100*res.Cost)
+	return tw.Flush()
+}
+
+// benchRecordingOnce writes to a new database in dir for f.duration,
+// recorded into a new journal if rec.
+func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client, jf *journalsFlags,
+	f benchRecordingFlags, dir string, rec bool, round int) (benchRecordingRun, error) {
+	defer os.RemoveAll(dir)
+	opts := &pebble.Options{FS: vfs.Default, Logger: store.PebbleLogger(slog.New(slog.DiscardHandler))}
+	recoverylog.PebbleOptions(opts)
+	var recorder *recoverylog.Recorder
+	if rec {
+		journal := fmt.Sprintf("%s/%d-%d", f.journal, time.Now().UnixNano(), round)
+		if _, err := ensureJournal(ctx, c, stderr, jf, journal, f.replication); err != nil {
+			return benchRecordingRun{}, err
+		}
+		defer deleteJournal(context.WithoutCancel(ctx), c, jf, journal)
+		var err error
+		recorder, err = recoverylog.NewRecorder(ctx, recoverylog.RecorderConfig{Client: c, Journal: journal,
+			Author: fmt.Sprintf("bench-%d", os.Getpid()), Dir: dir})
+		if err != nil {
+			return benchRecordingRun{}, err
+		}
+		opts.FS = recorder
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return benchRecordingRun{}, fmt.Errorf("opening pebble in %s: %w", dir, err)
+	}
+	start := time.Now()
+	batches, err := writeBatches(ctx, db, f.duration)
+	elapsed := time.Since(start)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return benchRecordingRun{}, fmt.Errorf("writing to pebble in %s: %w", dir, err)
+	}
+	run := benchRecordingRun{Recorded: rec, Seconds: elapsed.Seconds(), Batches: batches,
+		MBPerSecond: float64(batches) * 100 * 1024 / 1e6 / elapsed.Seconds()}
+	if recorder != nil {
+		run.LogBytes = recorder.FSM().Offset
+	}
+	return run, nil
+}
+
+// writeBatches commits batches of 100 keys with 1 KiB random values, each
+// with a sync, until d has passed, and returns how many it committed.
+func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration) (int, error) {
+	value := make([]byte, 1024)
+	rng := rand.NewChaCha8([32]byte{})
+	deadline := time.Now().Add(d)
+	n := 0
+	for ; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
+		b := db.NewBatch()
+		for j := range 100 {
+			rng.Read(value)
+			if err := b.Set(fmt.Appendf(nil, "key-%08d", (n*100+j)%200000), value, nil); err != nil {
+				return n, err
+			}
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			return n, err
+		}
+		b.Close()
+	}
+	return n, ctx.Err()
+}
+
+// deleteJournal deletes a journal that the command created, best effort.
+func deleteJournal(ctx context.Context, c *client.Client, jf *journalsFlags, name string) {
+	js, err := jf.list(ctx, c, protocol.LabelName+"="+name)
+	if err != nil || len(js) != 1 {
+		return
+	}
+	jf.apply(ctx, c, []change{{name: name, req: &protocol.ApplyRequest_Change{Delete: name, ExpectModRevision: js[0].ModRevision}}})
+}
