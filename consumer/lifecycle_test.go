@@ -112,6 +112,30 @@ func TestFailedShardAndUnassign(t *testing.T) {
 	}
 }
 
+// TestFailedShardRestarts: with UnassignFailedAfter, a FAILED replica is
+// unassigned by its process after that long, and the shard restarts on
+// its own; once the cause is gone it processes on, and nothing is counted
+// twice.
+func TestFailedShardRestarts(t *testing.T) {
+	app := &flaky{commits: map[string][]time.Time{}}
+	app.failing.Store(true)
+	c := newCluster(t, app)
+	c.fleet.Configure = func(cfg *consumer.Config) { cfg.UnassignFailedAfter = 300 * time.Millisecond }
+	c.fleet.Start("c1", "za")
+	c.apply(c.shardSpec("counts/shard-0", 0, "counts/in-0"))
+	p := c.publisher()
+	p.publish(t, "counts/in-0", &countMsg{Key: "a"}, &countMsg{Key: "b", Fail: true}, &countMsg{Key: "a"})
+	c.awaitStatus("counts/shard-0", protocol.ReplicaCode_FAILED)
+	app.failing.Store(false)
+	// No operator: the process unassigns the replica, and the allocator
+	// assigns the shard afresh.
+	c.stat("counts/shard-0", map[string]int64{"counts/in-0": p.ends["counts/in-0"]})
+	got := c.counts("counts/shard-0", "a", "b")
+	if got["a"] != 2 || got["b"] != 1 {
+		t.Errorf("counts after the restart = %v, want a:2 b:1", got)
+	}
+}
+
 // TestDrainHandsOff stops a primary's process gracefully while producers
 // publish: its shards move to their standbys, nothing is counted twice or
 // lost, and the processing gap is logged.

@@ -146,8 +146,23 @@ type serveFlags struct {
 	listen, advertise, dir     string
 	broker, metrics            string
 	limit                      int
-	leaseTTL                   time.Duration
+	leaseTTL, unassignFailed   time.Duration
 	tls, etcdTLS               tlsconfig.Files
+}
+
+// envDuration is the duration in environment variable name, or zero if it
+// is unset; one that does not parse is left to the flag's validation
+// (as -1, which validate refuses).
+func envDuration(name string) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return -1
+	}
+	return d
 }
 
 func envOr(name, def string) string {
@@ -203,6 +218,8 @@ over when its lease expires.`,
 	fl.StringVar(&f.metrics, "metrics", os.Getenv("QUIRE_METRICS"), "host:port serving Prometheus metrics at /metrics (env QUIRE_METRICS; default: none)")
 	fl.IntVar(&f.limit, "limit", DefaultLimit, "most shard replicas the process holds")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
+	fl.DurationVar(&f.unassignFailed, "unassign-failed-after", envDuration("QUIRE_UNASSIGN_FAILED_AFTER"),
+		"how long a FAILED shard replica keeps its assignment before the process removes it, for the shard to restart (env QUIRE_UNASSIGN_FAILED_AFTER; default 0: never, FAILED replicas wait for 'quire shards unassign --failed')")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the process (to its clients, and to brokers and other processes as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the process's etcd client")
 	return cmd
@@ -256,6 +273,14 @@ func (f *serveFlags) validate() error {
 	}
 	if f.leaseTTL < time.Second {
 		return usagef("--lease-ttl %s: want at least 1s", f.leaseTTL)
+	}
+	if f.unassignFailed < 0 {
+		if v := os.Getenv("QUIRE_UNASSIGN_FAILED_AFTER"); v != "" {
+			if _, err := time.ParseDuration(v); err != nil {
+				return usagef("QUIRE_UNASSIGN_FAILED_AFTER %q: %w", v, err)
+			}
+		}
+		return usagef("--unassign-failed-after %s: want 0 (never) or a positive duration", f.unassignFailed)
 	}
 	if f.tls.Cert == "" && f.tls.CA != "" {
 		return usagef("--tls-ca without --tls-cert: a consumer process serves TLS with a certificate of its own")
@@ -347,7 +372,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	defer journals.Close()
 	srv, err := New(Config{App: app, Etcd: etcd, Journals: journals, Root: f.prefix,
 		Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise, Dir: f.dir, Limit: f.limit,
-		LeaseTTL: f.leaseTTL, DialOptions: dialOpts, Logger: slog.Default()})
+		LeaseTTL: f.leaseTTL, UnassignFailedAfter: f.unassignFailed, DialOptions: dialOpts, Logger: slog.Default()})
 	if err != nil {
 		return UsageError{err}
 	}

@@ -49,7 +49,8 @@ func runMain(ctx context.Context, app consumer.Application, args ...string) erro
 func clearEnv(t *testing.T) {
 	for _, v := range []string{"QUIRE_ETCD", "QUIRE_CONSUMER_PREFIX", "QUIRE_ZONE", "QUIRE_SUFFIX",
 		"QUIRE_LISTEN", "QUIRE_CONSUMER_DIR", "QUIRE_BROKER", "QUIRE_METRICS",
-		"QUIRE_TLS_CERT", "QUIRE_TLS_KEY", "QUIRE_TLS_CA", "QUIRE_ETCD_CERT", "QUIRE_ETCD_KEY", "QUIRE_ETCD_CA"} {
+		"QUIRE_TLS_CERT", "QUIRE_TLS_KEY", "QUIRE_TLS_CA", "QUIRE_ETCD_CERT", "QUIRE_ETCD_KEY", "QUIRE_ETCD_CA",
+		"QUIRE_UNASSIGN_FAILED_AFTER"} {
 		t.Setenv(v, "")
 	}
 }
@@ -82,6 +83,8 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--log-level", "loud"}, want: `--log-level "loud"`},
 		{args: []string{"extra"}, want: `unknown command "extra"`},
 		{args: []string{"--tls-ca", "ca.pem"}, want: "--tls-ca without --tls-cert"},
+		{args: []string{"--unassign-failed-after", "-1s"}, want: "--unassign-failed-after -1s"},
+		{env: map[string]string{"QUIRE_UNASSIGN_FAILED_AFTER": "soon"}, want: `QUIRE_UNASSIGN_FAILED_AFTER "soon"`},
 		{args: []string{"--tls-cert", "cert.pem"}, want: "has no key file"},
 		{args: []string{"--etcd-key", "key.pem"}, want: "--etcd-cert, --etcd-key, --etcd-ca"},
 		{env: map[string]string{"QUIRE_TLS_KEY": "key.pem"}, want: "has no certificate file"},

@@ -8,6 +8,8 @@ import (
 var (
 	replicaFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_consumer_replica_failures_total", Help: "Shard replicas that failed (status FAILED)."})
+	replicasUnassigned = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_consumer_failed_replicas_unassigned_total", Help: "FAILED replicas that their process unassigned (Config.UnassignFailedAfter)."})
 	txnsTotal = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_consumer_txns_total", Help: "Shard transactions committed."})
 	messagesTotal = promauto.NewCounter(prometheus.CounterOpts{

@@ -25,7 +25,8 @@ import (
 //	IDLE ──▶ BACKFILL ──▶ STANDBY ──▶ PRIMARY
 //	  │   (playing hints)  (tailing)     ▲
 //	  └──────────────────────────────────┘  no recovery log, or slot 0 at once
-//	any ──▶ FAILED (an error; it stays so until unassigned)
+//	any ──▶ FAILED (an error; it stays so until unassigned, by an
+//	        operator or, after Config.UnassignFailedAfter, by the process)
 //
 // A standby becomes primary when its assignment moves to slot 0
 // (promoted): it finishes playback at the write head, takes over the
@@ -134,7 +135,50 @@ func (r *replica) run() {
 	r.log.Error("shard replica failed", "err", err)
 	replicaFailures.Inc()
 	r.setStatus(Status{Code: protocol.ReplicaCode_FAILED, Error: err.Error()})
+	if d := r.srv.cfg.UnassignFailedAfter; d > 0 {
+		select {
+		case <-time.After(d):
+			r.unassignFailed()
+		case <-r.ctx.Done():
+		}
+	}
 	<-r.ctx.Done() // FAILED until unassigned, or the process stops.
+}
+
+// unassignFailed removes the replica's assignment once its FAILED status
+// is recorded there, for the allocator to assign the shard afresh; the
+// resolver then stops the replica. It tries until it succeeds or the
+// replica stops.
+func (r *replica) unassignFailed() {
+	for {
+		r.mu.Lock()
+		a, changed := r.assignment, r.changed
+		r.mu.Unlock()
+		if statusOf(a).Code == protocol.ReplicaCode_FAILED {
+			ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+			key := string(a.KV.Key)
+			resp, err := r.srv.cfg.Etcd.Txn(ctx).
+				If(clientv3.Compare(clientv3.ModRevision(key), "=", a.KV.ModRevision)).
+				Then(clientv3.OpDelete(key)).Commit()
+			cancel()
+			switch {
+			case err == nil && resp.Succeeded:
+				replicasUnassigned.Inc()
+				r.log.Info("unassigned the FAILED replica, for the shard to be assigned afresh",
+					"after", r.srv.cfg.UnassignFailedAfter)
+				return
+			case err != nil && r.ctx.Err() == nil:
+				r.log.Warn("unassigning the FAILED replica failed; retrying", "err", err)
+			}
+		}
+		// Wait for the status to be recorded, or for a newer assignment.
+		select {
+		case <-changed:
+		case <-time.After(time.Second):
+		case <-r.ctx.Done():
+			return
+		}
+	}
 }
 
 // serve plays the recovery log as a standby until promoted, then serves

@@ -61,6 +61,12 @@ type Config struct {
 	HintInterval time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
 	MaxTxnOps int
+	// UnassignFailedAfter is how long a FAILED replica of the process
+	// keeps its assignment before the process removes it, so that the
+	// allocator assigns the shard afresh: a restart, here or on another
+	// process, as an operator's Unassign would make. Zero means never:
+	// FAILED replicas wait for Unassign.
+	UnassignFailedAfter time.Duration
 	// DialOptions are added to those of the process's connections to
 	// other consumer processes (which are plaintext by default):
 	// transport credentials, for TLS.
