@@ -48,6 +48,7 @@ type richJSONMessage struct {
 	Untagged string
 	jsonEmbedded
 	*JSONEmbeddedPtr
+	//lint:ignore U1000 an unexported field, which encoding/json skips: the test is that JSONLines does too.
 	unexported int
 }
 

@@ -1,5 +1,7 @@
 package message
 
+//lint:file-ignore SA5008 jsonFastType's odd tags are the point of the test.
+
 import (
 	"encoding/json"
 	"reflect"
@@ -9,6 +11,9 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
+// jsonFastType's tags include odd ones on purpose (a string option on a
+// slice, a field named "-"): encoding/json's handling of them is what
+// JSONLines must match.
 type jsonFastType struct {
 	A string            `json:"a,omitempty"`
 	B []int             `json:"b,string"`
