@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
+	"github.com/quire-dev/quire/internal/hostport"
 	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
@@ -295,16 +295,12 @@ func (f *serveFlags) validate() error {
 }
 
 func validateHostPort(flag, addr string, zeroPort bool) error {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return usagef("%s %q: want host:port: %v", flag, addr, err)
-	}
 	lo := 1
 	if zeroPort {
 		lo = 0
 	}
-	if p, err := strconv.Atoi(port); err != nil || p < lo || p > 65535 {
-		return usagef("%s %q: port %q is not a number from %d to 65535", flag, addr, port, lo)
+	if err := hostport.Check(flag, addr, lo); err != nil {
+		return UsageError{err}
 	}
 	return nil
 }

@@ -5,12 +5,12 @@ import (
 	"bytes"
 	"io"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/apipb"
 
+	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/message"
 )
 
@@ -38,22 +38,13 @@ func benchMessages(f message.Framing, n int) []message.Message {
 
 // reportRate reports msgs/s and MB/s for b.N messages of bytes in all,
 // and msgs/cpu-s: messages per second of the CPU time that the process
-// used since cpu (see cpuTime), which other work on the machine disturbs
-// less than wall time.
+// used since cpu (see brokertest.CPUTime), which other work on the
+// machine disturbs less than wall time.
 func reportRate(b *testing.B, bytes int64, cpu time.Duration) {
 	secs := b.Elapsed().Seconds()
 	b.ReportMetric(float64(b.N)/secs, "msgs/s")
 	b.ReportMetric(float64(bytes)/secs/1e6, "MB/s")
-	b.ReportMetric(float64(b.N)/(cpuTime()-cpu).Seconds(), "msgs/cpu-s")
-}
-
-// cpuTime returns the CPU time that the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(b.N)/(brokertest.CPUTime()-cpu).Seconds(), "msgs/cpu-s")
 }
 
 func BenchmarkMarshal(b *testing.B) {
@@ -64,7 +55,7 @@ func BenchmarkMarshal(b *testing.B) {
 			w := bufio.NewWriterSize(&n, 64<<10)
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := cpuTime()
+			cpu := brokertest.CPUTime()
 			for i := 0; b.Loop(); i++ {
 				if err := f.Marshal(msgs[i%len(msgs)], w); err != nil {
 					b.Fatal(err)
@@ -104,7 +95,7 @@ func benchUnpack(b *testing.B, f message.Framing, decode bool) {
 	m := msgs[0]
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := brokertest.CPUTime()
 	for b.Loop() {
 		frame, err := f.Unpack(r)
 		if err == io.EOF {

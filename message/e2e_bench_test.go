@@ -43,7 +43,7 @@ func benchEvents(n int) []message.Message {
 // BenchmarkPublishRead publishes b.N small messages (about 100 bytes
 // framed, see benchMessages) through one broker and reads them back,
 // reporting messages per second each way, of wall time and of the
-// process's CPU time (broker and etcd included; see cpuTime), and the
+// process's CPU time (broker and etcd included; see brokertest.CPUTime), and the
 // whole cycle's time per message (ns/op); BenchmarkRawAppendRead moves
 // the same bytes without the message layer, for comparison.
 func BenchmarkPublishRead(b *testing.B) {
@@ -57,7 +57,7 @@ func benchPublishRead(b *testing.B, f message.Framing, newMsg func() message.Mes
 	p := message.NewPublisher(appender, f, message.NewProducerID(), message.NewClock(time.Now()))
 
 	b.ResetTimer()
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), brokertest.CPUTime()
 	var last *client.AppendHandle
 	for i := range b.N {
 		h, err := p.PublishCommitted(ctx, "bench/messages", msgs[i%len(msgs)])
@@ -69,10 +69,10 @@ func benchPublishRead(b *testing.B, f message.Framing, newMsg func() message.Mes
 	if _, err := last.Wait(ctx); err != nil {
 		b.Fatal(err)
 	}
-	published, publishedCPU := time.Since(start), cpuTime()-cpu
+	published, publishedCPU := time.Since(start), brokertest.CPUTime()-cpu
 	appender.Close()
 
-	start, cpu = time.Now(), cpuTime()
+	start, cpu = time.Now(), brokertest.CPUTime()
 	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "bench/messages", Framing: f, New: newMsg})
 	if err != nil {
 		b.Fatal(err)
@@ -86,7 +86,7 @@ func benchPublishRead(b *testing.B, f message.Framing, newMsg func() message.Mes
 		}
 		n++
 	}
-	read, readCPU := time.Since(start), cpuTime()-cpu
+	read, readCPU := time.Since(start), brokertest.CPUTime()-cpu
 	if n != b.N {
 		b.Fatalf("read %d messages, published %d", n, b.N)
 	}
@@ -108,7 +108,7 @@ func benchRawAppendRead(b *testing.B, f message.Framing, m message.Message) {
 
 	b.SetBytes(int64(len(frame)))
 	b.ResetTimer()
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), brokertest.CPUTime()
 	var last *client.AppendHandle
 	for range b.N {
 		h, err := appender.Append(ctx, "bench/raw", frame)
@@ -120,15 +120,15 @@ func benchRawAppendRead(b *testing.B, f message.Framing, m message.Message) {
 	if _, err := last.Wait(ctx); err != nil {
 		b.Fatal(err)
 	}
-	appended, appendedCPU := time.Since(start), cpuTime()-cpu
+	appended, appendedCPU := time.Since(start), brokertest.CPUTime()-cpu
 	appender.Close()
 
-	start, cpu = time.Now(), cpuTime()
+	start, cpu = time.Now(), brokertest.CPUTime()
 	got, err := io.Copy(io.Discard, c.NewReader(ctx, client.ReadRequest{Journal: "bench/raw"}))
 	if err != nil && !errors.Is(err, io.EOF) {
 		b.Fatal(err)
 	}
-	read, readCPU := time.Since(start), cpuTime()-cpu
+	read, readCPU := time.Since(start), brokertest.CPUTime()-cpu
 	if got != int64(b.N*len(frame)) {
 		b.Fatalf("read %d bytes, appended %d", got, b.N*len(frame))
 	}
@@ -160,7 +160,7 @@ func benchStreamMessages(b *testing.B, f message.Framing, newMsg func() message.
 	defer r.Close()
 
 	b.ResetTimer()
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), brokertest.CPUTime()
 	read := make(chan error, 1)
 	go func() {
 		for range b.N {
@@ -180,7 +180,7 @@ func benchStreamMessages(b *testing.B, f message.Framing, newMsg func() message.
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	reportStream(b, time.Since(start), cpuTime()-cpu)
+	reportStream(b, time.Since(start), brokertest.CPUTime()-cpu)
 }
 
 func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
@@ -190,7 +190,7 @@ func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
 	defer jr.Close()
 
 	b.ResetTimer()
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), brokertest.CPUTime()
 	read := make(chan error, 1)
 	go func() {
 		_, err := io.CopyN(io.Discard, jr, int64(b.N*len(frame)))
@@ -205,7 +205,7 @@ func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	reportStream(b, time.Since(start), cpuTime()-cpu)
+	reportStream(b, time.Since(start), brokertest.CPUTime()-cpu)
 }
 
 // benchJournal starts a broker with journal, and returns a client of it

@@ -10,6 +10,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
+	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/message"
 )
 
@@ -35,14 +36,14 @@ func BenchmarkJSONCodecs(b *testing.B) {
 	run := func(name string, f func(i int) error) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
-			cpu := cpuTime()
+			cpu := brokertest.CPUTime()
 			for i := 0; b.Loop(); i++ {
 				if err := f(i % len(frames)); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-			b.ReportMetric(float64(b.N)/(cpuTime()-cpu).Seconds(), "msgs/cpu-s")
+			b.ReportMetric(float64(b.N)/(brokertest.CPUTime()-cpu).Seconds(), "msgs/cpu-s")
 		})
 	}
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,14 +63,6 @@ func writeHeavy(b *testing.B, db *pebble.DB, rng *rand.Rand, n int, pipelined bo
 	}
 }
 
-// cpuTime returns the CPU time used by the process so far (the brokers
-// and etcd of the benchmarks run in it too).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 var (
 	benchSpools = flag.String("bench.spools", "", "directory for the brokers' spools in benchmarks (e.g. /dev/shm)")
 	benchBroker = flag.String("bench.broker", "", "endpoint of a broker to record to (e.g. quire dev's 127.0.0.1:7700) instead of one in the benchmark's process")
@@ -115,11 +106,11 @@ func benchPebbleWrites(b *testing.B, cl *client.Client, apply func(...*protocol.
 	}
 	defer db.Close()
 	b.SetBytes(100 * (1024 + 12))
-	cpu := cpuTime()
+	cpu := brokertest.CPUTime()
 	b.ResetTimer()
 	writeHeavy(b, db, rand.New(rand.NewPCG(1, 2)), b.N, pipelined)
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((brokertest.CPUTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
 	if rec, ok := fs.(*Recorder); ok {
 		rec.mu.Lock()
 		st := rec.stats

@@ -83,11 +83,26 @@ type benchAppendResult struct {
 	P999Ms        float64 `json:"p999Ms"`
 }
 
-func (f *benchAppendFlags) validate() (size int64, err error) {
-	if err := validateJournalFlag(f.journal); err != nil {
-		return 0, err
+// validateBenchFlags checks the flags that the bench commands that write
+// share.
+func validateBenchFlags(journal, output string, duration time.Duration, replication int32) error {
+	if err := validateJournalFlag(journal); err != nil {
+		return err
 	}
-	if err := checkOutput(f.output, "table", "json"); err != nil {
+	if err := checkOutput(output, "table", "json"); err != nil {
+		return err
+	}
+	if duration <= 0 {
+		return usagef("--duration %s: want a positive duration", duration)
+	}
+	if replication < protocol.MinReplication || replication > protocol.MaxReplication {
+		return usagef("--replication %d: want %d to %d", replication, protocol.MinReplication, protocol.MaxReplication)
+	}
+	return nil
+}
+
+func (f *benchAppendFlags) validate() (size int64, err error) {
+	if err := validateBenchFlags(f.journal, f.output, f.duration, f.replication); err != nil {
 		return 0, err
 	}
 	if f.writers < 1 {
@@ -98,12 +113,6 @@ func (f *benchAppendFlags) validate() (size int64, err error) {
 	}
 	if size < 1 || size > maxAppendChunk {
 		return 0, usagef("--size %s: want 1 byte to 64MiB", f.size)
-	}
-	if f.duration <= 0 {
-		return 0, usagef("--duration %s: want a positive duration", f.duration)
-	}
-	if f.replication < protocol.MinReplication || f.replication > protocol.MaxReplication {
-		return 0, usagef("--replication %d: want %d to %d", f.replication, protocol.MinReplication, protocol.MaxReplication)
 	}
 	return size, nil
 }

@@ -75,15 +75,10 @@ type benchMessagesResult struct {
 }
 
 func (f *benchMessagesFlags) validate() error {
-	if err := validateJournalFlag(f.journal); err != nil {
-		return err
-	}
-	if err := checkOutput(f.output, "table", "json"); err != nil {
+	if err := validateBenchFlags(f.journal, f.output, f.duration, f.replication); err != nil {
 		return err
 	}
 	switch {
-	case f.duration <= 0:
-		return usagef("--duration %s: want a positive duration", f.duration)
 	case f.rate < 0:
 		return usagef("--rate %d: want 0 (unlimited) or more", f.rate)
 	case f.body < 0 || f.body > 1<<20:

@@ -77,19 +77,11 @@ type benchRecordingResult struct {
 }
 
 func (f *benchRecordingFlags) validate() error {
-	if err := validateJournalFlag(f.journal); err != nil {
+	if err := validateBenchFlags(f.journal, f.output, f.duration, f.replication); err != nil {
 		return err
 	}
-	if err := checkOutput(f.output, "table", "json"); err != nil {
-		return err
-	}
-	switch {
-	case f.duration <= 0:
-		return usagef("--duration %s: want a positive duration", f.duration)
-	case f.rounds < 1:
+	if f.rounds < 1 {
 		return usagef("--rounds %d: want at least 1", f.rounds)
-	case f.replication < protocol.MinReplication || f.replication > protocol.MaxReplication:
-		return usagef("--replication %d: want %d to %d", f.replication, protocol.MinReplication, protocol.MaxReplication)
 	}
 	return nil
 }

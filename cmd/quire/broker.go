@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
+	"github.com/quire-dev/quire/internal/hostport"
 	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
@@ -158,12 +158,8 @@ func validateEndpoints(flag, endpoints string) error {
 }
 
 func validateHostPort(flag, addr string) error {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return usagef("%s %q: want host:port: %w", flag, addr, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return usagef("%s %q: port %q is not a number from 0 to 65535", flag, addr, port)
+	if err := hostport.Check(flag, addr, 0); err != nil {
+		return usageError{err}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,3 +193,13 @@ func Apply(t testing.TB, cl *client.Client, specs ...*protocol.JournalSpec) {
 
 // String names the cluster in messages.
 func (c *Cluster) String() string { return fmt.Sprintf("brokers under %s", c.Root) }
+
+// CPUTime returns the CPU time that the process has used so far: a
+// benchmark's, with its in-process brokers' and etcd's.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err) // RUSAGE_SELF with a valid pointer cannot fail.
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
