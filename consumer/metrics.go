@@ -10,6 +10,10 @@ var (
 		Name: "quire_consumer_replica_failures_total", Help: "Shard replicas that failed (status FAILED)."})
 	replicasUnassigned = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_consumer_failed_replicas_unassigned_total", Help: "FAILED replicas that their process unassigned (Config.UnassignFailedAfter)."})
+	sourceLag = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "quire_consumer_source_lag_bytes",
+		Help: "Bytes of a source of a primary shard that are written but not yet read through by a committed transaction: the source's write head, as last read, less the shard's committed read-through offset.",
+	}, []string{"shard", "journal"})
 	txnsTotal = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_consumer_txns_total", Help: "Shard transactions committed."})
 	messagesTotal = promauto.NewCounter(prometheus.CounterOpts{

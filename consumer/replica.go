@@ -123,6 +123,7 @@ func (r *replica) run() {
 	defer r.srv.wg.Done()
 	defer close(r.done)
 	defer os.RemoveAll(r.dir)
+	defer r.forgetLag()
 	defer r.wg.Wait()
 	defer r.cancel()
 	r.wg.Add(1)
@@ -143,6 +144,16 @@ func (r *replica) run() {
 		}
 	}
 	<-r.ctx.Done() // FAILED until unassigned, or the process stops.
+}
+
+// forgetLag removes the replica's series of quire_consumer_source_lag_bytes
+// once it stops: another process's primary reports the shard's lag now.
+func (r *replica) forgetLag() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for j := range r.heads {
+		sourceLag.DeleteLabelValues(r.id, j)
+	}
 }
 
 // unassignFailed removes the replica's assignment once its FAILED status
