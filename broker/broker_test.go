@@ -539,7 +539,7 @@ func TestNewJournalIsFoundThroughAnyBroker(t *testing.T) {
 	}
 	defer slow.Close()
 	b1 := c.start("b1", "")
-	b2 := c.startWith("b2", "", slow)
+	b2 := c.startWith("b2", "", slow, nil)
 	for i := range 3 {
 		name := fmt.Sprintf("log/new-%d", i)
 		c.journal(b1, name, 1)

@@ -66,11 +66,12 @@ func newCluster(t testing.TB) *cluster {
 // start runs a broker with its spools in dir (a fresh directory if empty).
 func (c *cluster) start(name, dir string) *testBroker {
 	c.t.Helper()
-	return c.startWith(name, dir, c.etcd)
+	return c.startWith(name, dir, c.etcd, nil)
 }
 
-// startWith runs a broker that uses etcd through client.
-func (c *cluster) startWith(name, dir string, client *clientv3.Client) *testBroker {
+// startWith runs a broker that uses etcd through client, with edit (if
+// not nil) applied to its config.
+func (c *cluster) startWith(name, dir string, client *clientv3.Client, edit func(*Config)) *testBroker {
 	c.t.Helper()
 	if dir == "" {
 		dir = c.t.TempDir()
@@ -79,8 +80,12 @@ func (c *cluster) startWith(name, dir string, client *clientv3.Client) *testBrok
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	srv, err := New(Config{Etcd: client, Root: c.root, Zone: "z" + name[len(name)-1:], Suffix: name,
-		Endpoint: lis.Addr().String(), Dir: dir, DefaultStore: c.store, LeaseTTL: 3 * time.Second, Logger: testLogger})
+	cfg := Config{Etcd: client, Root: c.root, Zone: "z" + name[len(name)-1:], Suffix: name,
+		Endpoint: lis.Addr().String(), Dir: dir, DefaultStore: c.store, LeaseTTL: 3 * time.Second, Logger: testLogger}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}

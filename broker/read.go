@@ -132,6 +132,10 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 	cur, head, headCh := r.cur, r.head, r.headCh
 	r.mu.Unlock()
 	if offset >= cur.Begin {
+		if offset >= head && !req.DoNotProxy && !r.current() {
+			// Its head may not be the journal's: the primary serves on.
+			return -1, errMiss{offset}
+		}
 		if offset < head {
 			if req.MetadataOnly {
 				return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset,

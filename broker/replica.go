@@ -42,6 +42,11 @@ type replica struct {
 	expect      int64
 	expectSince time.Time
 	refreshed   time.Time // last listing of the stores
+	// synced is the route on which this replica, not the primary, last
+	// took the primary's proposal: while it is the current route, the
+	// replica holds every commit of the journal, so its write head is the
+	// journal's.
+	synced *protocol.Route
 
 	// token is held by whoever writes the spool: the append in progress on
 	// the primary, or the pipeline stream on another replica.
@@ -86,6 +91,24 @@ func (r *replica) update(spec *protocol.JournalSpec, route *protocol.Route) {
 		}
 	}
 	r.route = route
+}
+
+// markSynced records that the replica took a proposal of the primary of
+// route.
+func (r *replica) markSynced(route *protocol.Route) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.synced = route
+}
+
+// current tells whether the replica's write head is the journal's: it is
+// the primary, or synchronized with the primary on the current route. A
+// replica that is not (it just joined the route, or came back on a disk
+// that holds an old spool) may lack commits after its head.
+func (r *replica) current() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return indexOf(r.route, r.srv.id) == 0 || (r.synced != nil && sameRoute(r.synced, r.route))
 }
 
 // view returns the spec, route and route context.

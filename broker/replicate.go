@@ -42,7 +42,7 @@ func (s *Server) Replicate(stream protocol.Journal_ReplicateServer) error {
 	}
 	defer r.release()
 	defer func() { r.spool().Rollback() }() // The spool in place at the end: it may roll.
-	return r.replicate(ctx, stream, first)
+	return r.replicate(ctx, stream, first, route)
 }
 
 // localReplica resolves the journal's replica here for a pipeline built on
@@ -60,9 +60,9 @@ func (s *Server) localReplica(ctx context.Context, journal string, hdr *protocol
 	return r, mine, protocol.Status_OK
 }
 
-func (r *replica) replicate(ctx context.Context, stream protocol.Journal_ReplicateServer, req *protocol.ReplicateRequest) error {
+func (r *replica) replicate(ctx context.Context, stream protocol.Journal_ReplicateServer, req *protocol.ReplicateRequest, route *protocol.Route) error {
 	for {
-		if err := r.applyReplicate(ctx, stream, req); err != nil {
+		if err := r.applyReplicate(ctx, stream, req, route); err != nil {
 			return err
 		}
 		var err error
@@ -74,7 +74,7 @@ func (r *replica) replicate(ctx context.Context, stream protocol.Journal_Replica
 	}
 }
 
-func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_ReplicateServer, req *protocol.ReplicateRequest) error {
+func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_ReplicateServer, req *protocol.ReplicateRequest, route *protocol.Route) error {
 	s := r.spool()
 	if len(req.Content) != 0 {
 		if want := s.Pending() - s.End(); req.ContentDelta != want {
@@ -90,6 +90,9 @@ func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_Re
 	status, err := r.applyProposal(req)
 	if err != nil {
 		return err
+	}
+	if status == protocol.Status_OK {
+		r.markSynced(route)
 	}
 	if !req.Acknowledge && status == protocol.Status_OK {
 		return nil

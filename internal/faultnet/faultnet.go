@@ -1,0 +1,126 @@
+// Package faultnet partitions in-process servers in tests: a Switch
+// carries a server's connections (its listeners' proxies, its outbound
+// dials) and cuts them all at once, as a network partition would, until
+// it is healed.
+package faultnet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// ErrCut is the error of a dial through a cut Switch.
+var ErrCut = errors.New("faultnet: partitioned")
+
+// Switch is a set of connections that are cut together. The zero Switch
+// is connected.
+type Switch struct {
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+}
+
+// Cut closes the switch's connections, and refuses new ones until Heal.
+func (s *Switch) Cut() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cut = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.conns = nil
+}
+
+// Heal lets connections be made again.
+func (s *Switch) Heal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cut = false
+}
+
+// track adds c to the switch's connections, or closes it if the switch is
+// cut, and tells which.
+func (s *Switch) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cut {
+		c.Close()
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Switch) untrack(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+}
+
+// Dial dials addr over TCP through the switch (for grpc.WithContextDialer).
+func (s *Switch) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if !s.track(c) {
+		return nil, ErrCut
+	}
+	return c, nil
+}
+
+// Proxy listens on a loopback port and forwards each connection to
+// target through the switch. It returns the port's address; it stops
+// when the test ends.
+func (s *Switch) Proxy(t testing.TB, target string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		lis.Close()
+		s.Cut() // Ends the forwarding of connections still open.
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			in, err := lis.Accept()
+			if err != nil {
+				return // Closed at the test's end.
+			}
+			wg.Go(func() { s.forward(in, target) })
+		}
+	})
+	return lis.Addr().String()
+}
+
+// forward copies between in and a new connection to target until either
+// ends or the switch is cut.
+func (s *Switch) forward(in net.Conn, target string) {
+	if !s.track(in) {
+		return
+	}
+	defer s.untrack(in)
+	defer in.Close()
+	out, err := s.Dial(context.Background(), target)
+	if err != nil {
+		return
+	}
+	defer s.untrack(out)
+	defer out.Close()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(out, in); out.Close(); done <- struct{}{} }()
+	go func() { io.Copy(in, out); in.Close(); done <- struct{}{} }()
+	<-done
+	<-done
+}
