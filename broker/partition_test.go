@@ -50,11 +50,19 @@ func (c *cluster) startPartitionable(name string, sw *partitionable) *testBroker
 // in each writer's order, from every broker.
 func TestPartitionedPrimaryLosesNoAcknowledgedAppend(t *testing.T) {
 	for _, from := range []string{"everything", "etcd"} {
-		t.Run("from="+from, func(t *testing.T) { testPartitionedPrimary(t, from == "etcd") })
+		t.Run("from="+from, func(t *testing.T) { testPartitioned(t, 0, from == "etcd") })
 	}
 }
 
-func testPartitionedPrimary(t *testing.T, etcdOnly bool) {
+// The same, with a replica other than the primary partitioned from
+// everything: appends fail until the others drop it from the route.
+func TestPartitionedReplicaLosesNoAcknowledgedAppend(t *testing.T) {
+	testPartitioned(t, 1, false)
+}
+
+// testPartitioned partitions the broker in slot of a journal's route,
+// from etcd alone or from everything, while writers append.
+func testPartitioned(t *testing.T, slot int, etcdOnly bool) {
 	c := newCluster(t)
 	switches := map[string]*partitionable{}
 	for _, name := range []string{"b1", "b2", "b3"} {
@@ -65,7 +73,7 @@ func testPartitionedPrimary(t *testing.T, etcdOnly bool) {
 	c.journal(c.brokers["b1"], journal, 3)
 	c.appendRetry(c.brokers["b1"], journal, []byte("start\n"))
 	route := c.awaitRoute(c.brokers["b1"], journal, 3)
-	victim := c.brokers[route.Members[0].Suffix]
+	victim := c.brokers[route.Members[slot].Suffix]
 	var survivors []*testBroker
 	for _, b := range c.brokers {
 		if b != victim {
