@@ -394,6 +394,8 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 		slog.Info("consumer drained and stopped")
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		err = errors.New("stopped at once, without draining: its shards fail over when its lease expires")
+	case errors.Is(err, allocator.ErrMemberGone):
+		err = fmt.Errorf("its lease expired (was it cut off from etcd for longer than --lease-ttl %s?) and its shards moved to other processes; start it again: %w", f.leaseTTL, err)
 	}
 	return err
 }

@@ -221,6 +221,8 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		slog.Info("broker drained and stopped")
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		err = errors.New("stopped at once, without draining: its journals fail over when its lease expires")
+	case errors.Is(err, allocator.ErrMemberGone):
+		err = fmt.Errorf("its lease expired (was it cut off from etcd for longer than --lease %s?) and its journals moved to other brokers; start it again on the same --dir: its spools are recovered: %w", f.lease, err)
 	}
 	return err
 }
