@@ -11,6 +11,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/faultnet"
 )
 
 // broker serve joins the fleet, serves journals, and drains on SIGTERM.
@@ -80,5 +81,46 @@ func TestBrokerServeFlags(t *testing.T) {
 		if !errors.As(r.err, new(usageError)) || !strings.Contains(r.err.Error(), tc.want) {
 			t.Errorf("%v: err %v, want a usage error naming %q", tc.args, r.err, tc.want)
 		}
+	}
+}
+
+// A broker cut off from etcd for longer than its lease exits once it
+// reaches etcd again, saying that its lease expired and what to do.
+func TestBrokerServeLeaseExpired(t *testing.T) {
+	etcd, root := etcdtest.Client(t)
+	var sw faultnet.Switch
+	proxy := sw.Proxy(t, strings.TrimPrefix(etcdtest.Shared(t).Endpoint(), "http://"))
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	done := make(chan result, 1)
+	go func() {
+		done <- quire(context.Background(), nil, "broker", "serve", "--etcd", "http://"+proxy,
+			"--prefix", root, "--zone", "z1", "--suffix", "cut", "--listen", addr, "--dir", t.TempDir(),
+			"--store", "file://"+t.TempDir()+"/", "--lease", "1s", "--log-level", "error")
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := allocator.MemberKey(root, "z1", "cut")
+	if err := awaitKey(ctx, etcd, key); err != nil {
+		t.Fatalf("broker never announced itself: %v", err)
+	}
+	sw.Cut()
+	for { // Until its lease expires.
+		resp, err := etcd.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // Polling for the lease's expiry.
+	}
+	sw.Heal()
+	select {
+	case r := <-done:
+		if r.err == nil || !strings.Contains(r.err.Error(), "its lease expired") || !strings.Contains(r.err.Error(), "start it again") {
+			t.Fatalf("broker serve after its lease expired: %v", r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("broker serve still runs after its lease expired and the partition healed")
 	}
 }
