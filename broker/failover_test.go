@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,61 +95,13 @@ func testFailover(t *testing.T, killPrimary bool) {
 		}
 	}
 
-	const writers = 4
-	var (
-		mu     sync.Mutex
-		ok     []acked
-		failed = map[string]bool{}
-		wg     sync.WaitGroup
-		stop   = make(chan struct{})
-	)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			via := survivors[w%2]
-			for seq := 0; ; seq++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				rec := fmt.Sprintf("w%d-%05d\n", w, seq)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				resp, err := appendOnce(ctx, via, &protocol.AppendRequest{Journal: "logs/failover"}, []byte(rec))
-				cancel()
-				mu.Lock()
-				if err == nil && resp.Status == protocol.Status_OK {
-					ok = append(ok, acked{rec, resp.Commit.Begin, resp.Commit.End})
-				} else {
-					failed[rec] = true
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	waitAcked := func(n int) {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			mu.Lock()
-			got := len(ok)
-			mu.Unlock()
-			if got >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("only %d appends acknowledged, want %d", got, n)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitAcked(50)
+	w := startWriters(t, "logs/failover", survivors, 4)
+	w.await(t, 50)
 	c.stop(victim)
-	waitAcked(150)
+	w.await(t, 150)
 	joined := c.start("b4", "")
-	waitAcked(300)
-	close(stop)
-	wg.Wait()
+	w.await(t, 300)
+	ok, failed := w.stop()
 
 	content := c.readAll(joined, "logs/failover")
 	for _, b := range survivors {
