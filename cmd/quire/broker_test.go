@@ -103,6 +103,12 @@ func TestBrokerServeLeaseExpired(t *testing.T) {
 	if err := awaitKey(ctx, etcd, key); err != nil {
 		t.Fatalf("broker never announced itself: %v", err)
 	}
+	// Once it allocates a journal, its announcement is done (the partition
+	// is then not of the announcement itself, a failure of its own).
+	must(t, addr, strings.NewReader("journals: [{name: cut/j, replication: 1}]\n"), "journals", "apply", "-f", "-")
+	if err := awaitKey(ctx, etcd, allocator.AssignmentKey(root, "cut/j", "z1", "cut", 0)); err != nil {
+		t.Fatalf("the journal was never assigned: %v", err)
+	}
 	sw.Cut()
 	for { // Until its lease expires.
 		resp, err := etcd.Get(ctx, key)
