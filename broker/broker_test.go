@@ -640,3 +640,48 @@ func readRangeOnce(ctx context.Context, b *testBroker, journal string, from, to 
 		return got, err
 	}
 }
+
+// At replication 2 and more, a broker that comes back with a spool whose
+// tail the journal's other brokers never got (the tail of an append that
+// failed when it was cut off), and that the new primary has since written
+// over with other content not yet persisted, keeps the spool out of the
+// journal: the stores cannot show the conflict yet, the primary can.
+func TestRecoveredSpoolDivergingFromPrimaryIsQuarantined(t *testing.T) {
+	c := newCluster(t)
+	b1 := c.start("b1", "")
+	c.start("b2", "")
+	c.journal(b1, "log/diverged", 2)
+	c.appendRetry(b1, "log/diverged", []byte("shared\n"))
+	c.appendRetry(b1, "log/diverged", []byte("theirs\n"))
+
+	dir := t.TempDir() // A broker's disk, with its spool of the journal.
+	s, err := spool.Create(dir, "log/diverged", 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write([]byte("shared\nmine\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(""); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	c.start("b3", dir)
+	quarantine := filepath.Join(dir, "#quarantine", "log%2Fdiverged")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if entries, _ := os.ReadDir(quarantine); len(entries) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the diverging spool was not quarantined")
+		}
+		time.Sleep(20 * time.Millisecond) // Polling the broker's start.
+	}
+	for _, b := range c.brokers {
+		if got := string(c.readAll(b, "log/diverged")); got != "shared\ntheirs\n" {
+			t.Fatalf("%s reads %q", b.name, got)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -180,7 +182,11 @@ func (s *Server) recoverSpools(ctx context.Context) error {
 		f := fragment.Fragment{Journal: rec.Journal, Begin: rec.Begin, End: rec.End, Sum: rec.Sum,
 			Codec: codecOf(spec), Store: s.storesOf(spec)[0]}
 		if other, ok := s.conflict(ctx, spec, f); ok {
-			s.quarantine(rec, other)
+			s.quarantine(rec, other.Name())
+			continue
+		}
+		if why := s.divergence(ctx, state, spec, rec); why != "" {
+			s.quarantine(rec, why)
 			continue
 		}
 		s.adopt(rec, f)
@@ -188,10 +194,82 @@ func (s *Server) recoverSpools(ctx context.Context) error {
 	return nil
 }
 
+// divergence tells why a recovered spool of a replicated journal (with
+// replication 2 or more) cannot be adopted, or is empty when it can.
+//
+// While this broker was down, its journal may have moved: if another
+// broker is its primary now, every acknowledged byte is on that broker's
+// route, and content this broker committed that the others never got (the
+// tail of an append that failed when it was cut off) may conflict with
+// what the new primary wrote since, even before that is persisted (so
+// conflict, which asks the stores, cannot see it). Such a spool is adopted
+// only if the primary serves the same bytes over the same offsets.
+func (s *Server) divergence(ctx context.Context, state *allocator.State, spec *protocol.JournalSpec, rec *spool.Recovered) string {
+	if spec.GetReplication() < 2 {
+		return ""
+	}
+	route := routeOf(state, state.ItemAssignments(rec.Journal))
+	if len(route.Members) == 0 || indexOf(route, s.id) == 0 {
+		return "" // This broker is still the primary: its content stands.
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.samePrimaryContent(ctx, route, rec); err != nil {
+		return fmt.Sprintf("the journal's primary %s does not serve the same content: %v", route.Endpoints[0], err)
+	}
+	return ""
+}
+
+// samePrimaryContent compares a recovered spool with the content of its
+// offsets that the route's primary serves.
+func (s *Server) samePrimaryContent(ctx context.Context, route *protocol.Route, rec *spool.Recovered) error {
+	conn, err := s.conns.Get(route.Endpoints[0])
+	if err != nil {
+		return err
+	}
+	stream, err := protocol.NewJournalClient(conn).Read(ctx, &protocol.ReadRequest{Header: s.header(route),
+		Journal: rec.Journal, Offset: rec.Begin, EndOffset: rec.End, DoNotProxy: true})
+	if err != nil {
+		return err
+	}
+	local, err := rec.Reader()
+	if err != nil {
+		return err
+	}
+	defer local.Close()
+	next, buf := rec.Begin, make([]byte, readChunk)
+	for next < rec.End {
+		resp, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("reading [%d, %d): %w", next, rec.End, err)
+		}
+		switch {
+		case resp.Status != protocol.Status_OK:
+			return fmt.Errorf("reading [%d, %d): %s", next, rec.End, resp.Status)
+		case len(resp.Content) == 0:
+			if resp.Offset > next {
+				return fmt.Errorf("it has no content at [%d, %d)", next, resp.Offset)
+			}
+			continue
+		case resp.Offset != next:
+			return fmt.Errorf("content at %d, want %d", resp.Offset, next)
+		}
+		mine := buf[:len(resp.Content)]
+		if _, err := io.ReadFull(local, mine); err != nil {
+			return fmt.Errorf("reading the recovered spool at %d: %w", next, err)
+		}
+		if !bytes.Equal(mine, resp.Content) {
+			return fmt.Errorf("different bytes in [%d, %d)", next, next+int64(len(mine)))
+		}
+		next += int64(len(mine))
+	}
+	return nil
+}
+
 // conflict finds a stored fragment that overlaps f with other content:
 // while this broker was down, its journal moved, and another primary wrote
-// those offsets (possible only at replication 1). Offsets never change
-// once acknowledged, so the stored content stands.
+// those offsets. Offsets never change once acknowledged, so the stored
+// content stands.
 func (s *Server) conflict(ctx context.Context, spec *protocol.JournalSpec, f fragment.Fragment) (fragment.Fragment, bool) {
 	var found fragment.Fragment
 	ok := false
@@ -216,13 +294,13 @@ func (s *Server) conflict(ctx context.Context, spec *protocol.JournalSpec, f fra
 }
 
 // quarantine keeps a conflicting recovered spool out of the journal, on
-// disk for an operator, and says so loudly.
-func (s *Server) quarantine(rec *spool.Recovered, other fragment.Fragment) {
+// disk for an operator, and says so loudly; why names the conflict.
+func (s *Server) quarantine(rec *spool.Recovered, why string) {
 	dir := filepath.Join(s.cfg.Dir, "#quarantine") // "#" never appears in a journal name.
 	err := rec.MoveTo(dir)
 	s.log.Error("recovered spool conflicts with content another broker wrote at the same offsets; "+
-		"kept out of the journal (use replication 2 or more to avoid this)",
-		"journal", rec.Journal, "begin", rec.Begin, "end", rec.End, "stored", other.Name(),
+		"kept out of the journal",
+		"journal", rec.Journal, "begin", rec.Begin, "end", rec.End, "conflict", why,
 		"quarantine", dir, "moveErr", err)
 	spoolsQuarantined.Inc()
 }
