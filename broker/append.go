@@ -280,16 +280,20 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 	}, nil
 }
 
-// commit proposes the pending content to every peer, commits it locally
-// meanwhile, and returns once every peer has acknowledged it.
+// commit proposes the pending content to every peer and, once every peer
+// has acknowledged it, commits it locally.
+//
+// The primary commits last so that its committed content is never more
+// than its peers hold: a primary cut off between its commit and its
+// peers' would keep a committed tail that they never got, and that the
+// journal's next primary writes other content over. (Peers that commit
+// an append the primary then fails keep it; the next pipeline rolls every
+// replica to the greatest end, so it stays in the journal, whole.)
 func (r *replica) commit(p *pipeline, registers labels.Set) error {
 	s := r.spool()
 	req := &protocol.ReplicateRequest{Proposal: fragmentOf(s, true),
 		Registers: protocol.ProtoLabels(registers), Acknowledge: true}
 	if err := p.send(req); err != nil {
-		return err
-	}
-	if err := s.Commit(registers.String()); err != nil {
 		return err
 	}
 	resps, err := p.recv()
@@ -300,6 +304,9 @@ func (r *replica) commit(p *pipeline, registers labels.Set) error {
 		if resp.Status != protocol.Status_OK {
 			return fmt.Errorf("%w: %s answered %s to a commit", errPipeline, p.route.Endpoints[i+1], resp.Status)
 		}
+	}
+	if err := s.Commit(registers.String()); err != nil {
+		return err
 	}
 	r.registers = registers
 	r.committed()

@@ -119,7 +119,12 @@ func testPartitioned(t *testing.T, slot int, etcdOnly bool) {
 	content := c.readAll(restarted, journal)
 	for _, b := range survivors {
 		if again := c.readAll(b, journal); string(content) != string(again) {
-			t.Fatalf("brokers %s and %s read different content (%d and %d bytes)", restarted.name, b.name, len(content), len(again))
+			i := 0
+			for i < min(len(content), len(again)) && content[i] == again[i] {
+				i++
+			}
+			t.Fatalf("brokers %s (restarted) and %s read different content (%d and %d bytes), from offset %d: %q and %q",
+				restarted.name, b.name, len(content), len(again), i, content[i:min(i+40, len(content))], again[i:min(i+40, len(again))])
 		}
 	}
 	checkRecords(t, content, ok, failed)
