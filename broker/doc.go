@@ -23,10 +23,17 @@
 // An append streams its content down the pipeline as pending content,
 // then proposes a commit: the spool's new end and SHA-256, and the
 // journal's registers after the append. Each replica commits and
-// acknowledges; only when all have is the append acknowledged to the
-// client with its offset range (invariant: acknowledged is durable). A
-// failure anywhere rolls pending content back and tears the pipeline down;
-// the next append builds a new one.
+// acknowledges; only when all have does the primary commit, and the
+// append is acknowledged to the client with its offset range (invariant:
+// acknowledged is durable; the primary never holds a committed byte its
+// peers lack). A failure anywhere rolls pending content back and tears
+// the pipeline down; the next append builds a new one.
+//
+// A replica that is not yet synchronized with the primary on the current
+// route passes reads at its write head to the primary, and a broker that
+// restarts adopts a recovered spool of a replicated journal only if the
+// journal's primary serves the same bytes over its offsets (else it is
+// quarantined).
 //
 // A route change fences pipelines: each replica's route context is
 // cancelled when its route changes, ending any pipeline stream built on the

@@ -46,21 +46,30 @@ func (f Files) IsZero() bool { return f == Files{} }
 
 // Validate checks that f's files go together and can be read.
 func (f Files) Validate() error {
-	switch {
-	case f.Cert != "" && f.Key == "":
-		return fmt.Errorf("tls: the certificate %s has no key file", f.Cert)
-	case f.Key != "" && f.Cert == "":
-		return fmt.Errorf("tls: the key %s has no certificate file", f.Key)
+	if err := f.paired(); err != nil {
+		return err
 	}
 	if f.Cert != "" {
-		if _, err := tls.LoadX509KeyPair(f.Cert, f.Key); err != nil {
-			return fmt.Errorf("tls: certificate %s and key %s: %w", f.Cert, f.Key, err)
+		if _, err := newKeyPair(f.Cert, f.Key); err != nil {
+			return err
 		}
 	}
 	if f.CA != "" {
 		if _, err := f.pool(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// paired checks that a certificate comes with its key, and a key with its
+// certificate.
+func (f Files) paired() error {
+	switch {
+	case f.Cert != "" && f.Key == "":
+		return fmt.Errorf("tls: the certificate %s has no key file", f.Cert)
+	case f.Key != "" && f.Cert == "":
+		return fmt.Errorf("tls: the key %s has no certificate file", f.Key)
 	}
 	return nil
 }
@@ -75,7 +84,7 @@ func (f Files) Server() (*tls.Config, error) {
 	if f.Cert == "" {
 		return nil, errors.New("tls: a server needs a certificate and its key (only a CA was given)")
 	}
-	if err := f.Validate(); err != nil {
+	if err := f.paired(); err != nil {
 		return nil, err
 	}
 	kp, err := newKeyPair(f.Cert, f.Key)
@@ -100,7 +109,7 @@ func (f Files) Client() (*tls.Config, error) {
 	if f.IsZero() {
 		return nil, nil
 	}
-	if err := f.Validate(); err != nil {
+	if err := f.paired(); err != nil {
 		return nil, err
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
