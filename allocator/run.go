@@ -31,7 +31,18 @@ type MemberConfig struct {
 	// Drained, if set, is called once the member holds nothing, before its
 	// lease is revoked: a broker persists its spools there.
 	Drained func(ctx context.Context) error
+	// Resign, if set, is a channel whose close makes Run give the member's
+	// items up at once: it revokes the member's lease (its assignments go
+	// with it, as if it had died, but without waiting for the lease to
+	// expire) and returns ErrResigned. A broker that can reach etcd but
+	// none of its peers resigns, so that its journals move to brokers that
+	// can replicate them.
+	Resign <-chan struct{}
 }
+
+// ErrResigned is returned by Run once the member resigned (see
+// MemberConfig.Resign).
+var ErrResigned = errors.New("member resigned: its lease is revoked and its items given up")
 
 // Run is a fleet member's life: it announces the member under a fresh
 // lease, mirrors the fleet (unless cfg.KeySpace is set: then the caller has
@@ -43,6 +54,8 @@ type MemberConfig struct {
 //     server closes drain on SIGTERM.
 //   - ctx is done: it returns at once; its lease expires and its items fail
 //     over. A server cancels ctx on a second signal.
+//   - cfg.Resign is closed: it revokes the member's lease at once, without
+//     moving its items first, and returns ErrResigned.
 //   - Allocate fails, or the member's key disappears: it returns the error.
 //
 // Run sets cfg.Config's Member (and KeySpace, if unset).
@@ -72,9 +85,23 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-cfg.Resign:
+		return resign(ctx, cfg, ann)
 	case <-drain:
 	}
 	return drainMember(ctx, cfg, ann, done)
+}
+
+// resign revokes the member's lease, and returns ErrResigned, or why the
+// lease could not be revoked (it then expires).
+func resign(ctx context.Context, cfg MemberConfig, ann *Announcement) error {
+	cfg.Logger.Warn("resigning: revoking the member's lease, giving its items up", "member", ann.Key)
+	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := cfg.Client.Revoke(revokeCtx, ann.Lease); err != nil {
+		return fmt.Errorf("%w, but revoking its lease failed (it expires after %s): %w", ErrResigned, cfg.LeaseTTL, err)
+	}
+	return ErrResigned
 }
 
 func (cfg *MemberConfig) defaults() {

@@ -36,6 +36,10 @@ var (
 	fragmentsPruned = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_fragments_pruned_total", Help: "Fragments removed from stores past their journal's retention.",
 	})
+	peersUnreached = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "quire_broker_peers_unreached_seconds",
+		Help: "How long the broker has reached none of its peers (0 while it reaches one, or has fewer than two); it resigns at its isolation timeout.",
+	})
 	spoolsQuarantined = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_spools_quarantined_total", Help: "Recovered spools kept out of their journal: other content was written at their offsets.",
 	})

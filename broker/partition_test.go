@@ -24,8 +24,9 @@ type partitionable struct{ etcd, net faultnet.Switch }
 
 // startPartitionable runs a broker whose connections to etcd go through
 // sw.etcd, and whose connections from clients and brokers (it advertises
-// a proxy) and to other brokers go through sw.net.
-func (c *cluster) startPartitionable(name string, sw *partitionable) *testBroker {
+// a proxy) and to other brokers go through sw.net, with edit (if not nil)
+// applied to its config.
+func (c *cluster) startPartitionable(name string, sw *partitionable, edit func(*Config)) *testBroker {
 	c.t.Helper()
 	target := strings.TrimPrefix(c.etcd.Endpoints()[0], "http://")
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + sw.etcd.Proxy(c.t, target)},
@@ -37,6 +38,9 @@ func (c *cluster) startPartitionable(name string, sw *partitionable) *testBroker
 	return c.startWith(name, "", etcd, func(cfg *Config) {
 		cfg.Endpoint = sw.net.Proxy(c.t, cfg.Endpoint)
 		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(sw.net.Dial)}
+		if edit != nil {
+			edit(cfg)
+		}
 	})
 }
 
@@ -48,26 +52,32 @@ func (c *cluster) startPartitionable(name string, sw *partitionable) *testBroker
 // finds its member key gone and stops, and restarts on its disk; every
 // acknowledged append reads back exactly where it was acknowledged, once,
 // in each writer's order, from every broker.
+//
+// Cut from the other brokers (and its clients) but not from etcd, it
+// keeps its lease, and nothing else would drop it from the route: it
+// resigns once it has reached none of its peers for its isolation
+// timeout, and the others take its journal over then.
 func TestPartitionedPrimaryLosesNoAcknowledgedAppend(t *testing.T) {
-	for _, from := range []string{"everything", "etcd"} {
-		t.Run("from="+from, func(t *testing.T) { testPartitioned(t, 0, from == "etcd") })
+	for _, from := range []string{"everything", "etcd", "peers"} {
+		t.Run("from="+from, func(t *testing.T) { testPartitioned(t, 0, from) })
 	}
 }
 
 // The same, with a replica other than the primary partitioned from
 // everything: appends fail until the others drop it from the route.
 func TestPartitionedReplicaLosesNoAcknowledgedAppend(t *testing.T) {
-	testPartitioned(t, 1, false)
+	testPartitioned(t, 1, "everything")
 }
 
-// testPartitioned partitions the broker in slot of a journal's route,
-// from etcd alone or from everything, while writers append.
-func testPartitioned(t *testing.T, slot int, etcdOnly bool) {
+// testPartitioned partitions the broker in slot of a journal's route, from
+// everything, etcd alone, or its peers (and clients) alone, while writers
+// append.
+func testPartitioned(t *testing.T, slot int, from string) {
 	c := newCluster(t)
 	switches := map[string]*partitionable{}
 	for _, name := range []string{"b1", "b2", "b3"} {
 		switches[name] = &partitionable{}
-		c.startPartitionable(name, switches[name])
+		c.startPartitionable(name, switches[name], func(cfg *Config) { cfg.IsolationTimeout = 4 * time.Second })
 	}
 	const journal = "logs/partition"
 	c.journal(c.brokers["b1"], journal, 3)
@@ -81,28 +91,36 @@ func testPartitioned(t *testing.T, slot int, etcdOnly bool) {
 		}
 	}
 	via := survivors
-	if etcdOnly {
+	if from == "etcd" {
 		via = append(via, victim)
 	}
 
 	w := startWriters(t, journal, via, 6)
 	w.await(t, 50)
 	sw := switches[victim.name]
-	sw.etcd.Cut()
-	if !etcdOnly {
+	if from != "peers" {
+		sw.etcd.Cut()
+	}
+	if from != "etcd" {
 		sw.net.Cut()
 	}
-	c.awaitRouteWithout(survivors[0], journal, victim) // Its lease expired.
+	c.awaitRouteWithout(survivors[0], journal, victim) // Its lease expired, or it resigned.
 	w.await(t, 150)
 	sw.etcd.Heal()
 	sw.net.Heal()
-	// Its member key expired: once it sees that, it stops, and a
-	// supervisor restarts it on its disk (its spools are recovered).
+	// It resigned, or its member key expired: once it sees that, it stops,
+	// and a supervisor restarts it on its disk (its spools are recovered).
+	// Cut from everything, it may have resigned too (its revoke failed).
 	select {
 	case err := <-victim.done:
 		victim.done <- err
-		if !errors.Is(err, allocator.ErrMemberGone) {
-			t.Errorf("the partitioned broker stopped with %v, want ErrMemberGone", err)
+		switch {
+		case from == "peers" && !errors.Is(err, ErrIsolated):
+			t.Errorf("the broker cut from its peers stopped with %v, want ErrIsolated", err)
+		case from == "etcd" && !errors.Is(err, allocator.ErrMemberGone):
+			t.Errorf("the broker cut from etcd stopped with %v, want ErrMemberGone", err)
+		case from == "everything" && !errors.Is(err, allocator.ErrMemberGone) && !errors.Is(err, ErrIsolated):
+			t.Errorf("the partitioned broker stopped with %v, want ErrMemberGone or ErrIsolated", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the partitioned broker still runs 30s after the partition healed, its member key gone")

@@ -48,6 +48,9 @@ func (rs *resolver) observe(kvs keyspace.KeyValues, rev int64) {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if rs.state != nil && rev < rs.state.Revision {
+		return // Run observes a snapshot that a watched change may follow.
+	}
 	rs.state, rs.journals = s, journals
 	rs.updateReplicas()
 }

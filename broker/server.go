@@ -38,6 +38,12 @@ type Config struct {
 	Limit int
 	// LeaseTTL is how long the broker's keys outlive it. Zero means 10s.
 	LeaseTTL time.Duration
+	// IsolationTimeout is how long the broker may reach etcd but none of
+	// its peers (while it has two or more) before it resigns: it revokes
+	// its lease, so that its journals move to brokers that can replicate
+	// them, and Run returns an error wrapping ErrIsolated. Zero means three
+	// times LeaseTTL; negative disables the check. See isolation.go.
+	IsolationTimeout time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
 	MaxTxnOps int
 	// DialOptions are added to those of the broker's connections to other
@@ -45,6 +51,10 @@ type Config struct {
 	// TLS.
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
+
+	// peersChecked, if set, is called after each check of the peers, with
+	// their number and whether one was reached (for tests).
+	peersChecked func(peers int, reached bool)
 }
 
 // Server is a broker. Register it with a grpc.Server, then Run it.
@@ -110,6 +120,9 @@ func (c *Config) validate() error {
 	if err := fragment.ValidateURL(c.DefaultStore); err != nil {
 		return fmt.Errorf("broker: default store: %w", err)
 	}
+	if c.IsolationTimeout > 0 && c.IsolationTimeout <= c.LeaseTTL {
+		return fmt.Errorf("broker: isolation timeout %s must be more than the lease TTL %s (peers that die must leave etcd before their absence counts)", c.IsolationTimeout, c.LeaseTTL)
+	}
 	spec := MemberSpec{Limit: c.Limit, Endpoint: c.Endpoint}
 	return spec.Validate()
 }
@@ -127,22 +140,37 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 	if err := s.ks.Load(ctx, s.cfg.Etcd, 0); err != nil {
 		return fmt.Errorf("loading brokers' keyspace: %w", err)
 	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.ks.Watch(ctx, s.cfg.Etcd) }()
+	// Before its spools, which it may need to compare with a primary's.
+	if err := s.awaitPeers(ctx); err != nil {
+		return err
+	}
 	if err := s.recoverSpools(ctx); err != nil {
 		return err
 	}
 	s.ks.Observe(s.resolver.observe)
 	s.resolver.observe(s.ks.Snapshot())
 	close(s.serving)
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.persister.run(ctx, 2) }()
-	go func() { defer s.wg.Done(); s.ks.Watch(ctx, s.cfg.Etcd) }()
 	return s.serve(ctx, drain)
 }
 
-// serve announces the broker and allocates until drained or stopped. A
-// drain ends once the broker holds no journal and its spools are persisted.
+// serve announces the broker and allocates until drained, stopped or
+// isolated from its peers. A drain ends once the broker holds no journal
+// and its spools are persisted.
 func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
-	return allocator.Run(ctx, drain, allocator.MemberConfig{
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	resign := make(chan struct{})
+	var isolated error
+	if s.cfg.isolationTimeout() > 0 {
+		wg.Go(func() { isolated = s.watchPeers(ctx, resign) })
+	}
+	err := allocator.Run(ctx, drain, allocator.MemberConfig{
 		Config: allocator.Config{Client: s.cfg.Etcd, KeySpace: s.ks, Ready: Ready,
 			MaxTxnOps: s.cfg.MaxTxnOps, Logger: s.log},
 		Root: s.cfg.Root, Zone: s.cfg.Zone, Suffix: s.cfg.Suffix, LeaseTTL: s.cfg.LeaseTTL,
@@ -153,7 +181,14 @@ func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
 			s.log.Info("drained; persisting spools")
 			return s.persister.wait(ctx)
 		},
+		Resign: resign,
 	})
+	if errors.Is(err, allocator.ErrResigned) {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("%w: %w", isolated, err)
+	}
+	return err
 }
 
 // recoverSpools finds the spools a previous process left, indexes them for

@@ -40,7 +40,7 @@ type brokerFlags struct {
 	listen, advertise, dir     string
 	store, metrics             string
 	limit                      int
-	lease                      time.Duration
+	lease, isolation           time.Duration
 	tls, etcdTLS               tlsconfig.Files
 }
 
@@ -85,6 +85,7 @@ its journals then fail over when its lease expires.`,
 	fl.StringVar(&f.store, "store", os.Getenv("QUIRE_STORE"), "fragment store of journals that name none: file:///DIR/ or s3://BUCKET/PREFIX/?endpoint=HOST:PORT (env QUIRE_STORE)")
 	fl.IntVar(&f.limit, "limit", 1024, "most journals the broker serves")
 	fl.DurationVar(&f.lease, "lease", 10*time.Second, "how long the broker's keys outlive it if it dies")
+	fl.DurationVar(&f.isolation, "isolation-timeout", 0, "how long the broker may reach etcd but none of its peers (two or more) before it gives its journals up and exits (default 3 × --lease; negative: never)")
 	fl.StringVar(&f.metrics, "metrics", "", "host:port serving Prometheus metrics at /metrics (default: none)")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the broker's etcd client")
@@ -127,6 +128,9 @@ func (f *brokerFlags) validate() error {
 	}
 	if f.lease < time.Second {
 		return usagef("--lease %s: want at least 1s", f.lease)
+	}
+	if f.isolation > 0 && f.isolation <= f.lease {
+		return usagef("--isolation-timeout %s: want more than --lease %s (peers that die must leave etcd before their absence counts), or a negative value to never resign", f.isolation, f.lease)
 	}
 	if f.metrics != "" {
 		if err := validateHostPort("--metrics", f.metrics); err != nil {
@@ -195,7 +199,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	srv, err := broker.New(broker.Config{
 		Etcd: etcd, Root: f.prefix, Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise,
 		Dir: f.dir, DefaultStore: f.store, Limit: f.limit, LeaseTTL: f.lease, DialOptions: dialOpts,
-		Logger: slog.Default(),
+		IsolationTimeout: f.isolation, Logger: slog.Default(),
 	})
 	if err != nil {
 		return usageError{err}
@@ -221,6 +225,8 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		slog.Info("broker drained and stopped")
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		err = errors.New("stopped at once, without draining: its journals fail over when its lease expires")
+	case errors.Is(err, broker.ErrIsolated):
+		err = fmt.Errorf("it gave its journals up to other brokers (check the network between brokers); start it again on the same --dir: it serves again once it reaches a peer: %w", err)
 	case errors.Is(err, allocator.ErrMemberGone):
 		err = fmt.Errorf("its lease expired (was it cut off from etcd for longer than --lease %s?) and its journals moved to other brokers; start it again on the same --dir: its spools are recovered: %w", f.lease, err)
 	}
