@@ -44,6 +44,14 @@
 // into each replica's assignment value: the allocator counts a replica as
 // ready only while its assignment holds the current route.
 //
+// # Isolation
+//
+// A broker that reaches etcd but none of its peers keeps its lease, and
+// stays on routes whose pipelines it breaks. It resigns (revokes its
+// lease, so its journals move at once) after Config.IsolationTimeout, and
+// a broker starting waits until it reaches a peer before it announces
+// itself. See isolation.go for what is decided and what is not.
+//
 // # Fragments
 //
 // A spool rolls when it reaches the journal's target fragment length, or

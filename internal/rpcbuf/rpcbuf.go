@@ -17,8 +17,10 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -155,5 +157,16 @@ func DialOptions() []grpc.DialOption {
 		experimental.WithBufferPool(&shared), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{})),
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 		grpc.WithReadBufferSize(socket), grpc.WithWriteBufferSize(socket),
+		grpc.WithConnectParams(reconnect),
 	}
+}
+
+// reconnect bounds the wait between attempts to reconnect to 5s. gRPC's
+// default grows it to two minutes, and a connection in backoff fails
+// every call at once: a broker back from a partition or a restart, on
+// its old address, would be unreachable through its peers' connections
+// (its journals refusing appends) for up to two minutes after it is back.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
 }
