@@ -40,3 +40,13 @@ var (
 		Name: "quire_allocator_txn_conflicts_total", Help: "Allocator transactions whose compares failed (a concurrent change); the round is recomputed.",
 	})
 )
+
+// Metrics of this process as a member.
+var (
+	drainsGivenUp = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_allocator_drains_given_up_total", Help: "Drains of this process that timed out and gave up the items no other member took (MemberConfig.DrainTimeout).",
+	})
+	resignations = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_allocator_resignations_total", Help: "Times this process resigned its membership (MemberConfig.Resign).",
+	})
+)

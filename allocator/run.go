@@ -31,6 +31,15 @@ type MemberConfig struct {
 	// Drained, if set, is called once the member holds nothing, before its
 	// lease is revoked: a broker persists its spools there.
 	Drained func(ctx context.Context) error
+	// DrainTimeout bounds how long a drain waits for other members to take
+	// the member's items. Once it passes, the member gives up those it
+	// still holds, which no other member could take (a fleet of three
+	// brokers serving journals of replication 3, say, or of two consumer
+	// processes serving shards with a standby), by revoking its lease: they
+	// fail over at once, without the wait for the lease to expire that a
+	// second signal would cost. Drained is then called and Run returns nil,
+	// as after any drain. Zero waits as long as it takes.
+	DrainTimeout time.Duration
 	// Resign, if set, is a channel whose close makes Run give the member's
 	// items up at once: it revokes the member's lease (its assignments go
 	// with it, as if it had died, but without waiting for the lease to
@@ -50,8 +59,8 @@ var ErrResigned = errors.New("member resigned: its lease is revoked and its item
 //
 //   - drain is closed: it marks the member exiting, waits until the
 //     allocator has moved everything off it (never lowering an item's
-//     readiness), calls Drained, revokes its lease and returns nil. A
-//     server closes drain on SIGTERM.
+//     readiness), or for cfg.DrainTimeout, calls Drained, revokes its lease
+//     and returns nil. A server closes drain on SIGTERM.
 //   - ctx is done: it returns at once; its lease expires and its items fail
 //     over. A server cancels ctx on a second signal.
 //   - cfg.Resign is closed: it revokes the member's lease at once, without
@@ -96,6 +105,7 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 // lease could not be revoked (it then expires).
 func resign(ctx context.Context, cfg MemberConfig, ann *Announcement) error {
 	cfg.Logger.Warn("resigning: revoking the member's lease, giving its items up", "member", ann.Key)
+	resignations.Inc()
 	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := cfg.Client.Revoke(revokeCtx, ann.Lease); err != nil {
@@ -159,12 +169,20 @@ func (cfg *MemberConfig) mirror(ctx context.Context, wg *sync.WaitGroup, ann *An
 }
 
 // drainMember marks the member exiting, waits for its Allocate to return
-// once it holds nothing, calls Drained, and revokes its lease.
+// once it holds nothing (or gives up what it holds after cfg.DrainTimeout),
+// calls Drained, and revokes its lease.
 func drainMember(ctx context.Context, cfg MemberConfig, ann *Announcement, done <-chan error) error {
 	cfg.Logger.Info("draining: moving items to other members", "member", ann.Key)
 	if _, err := ann.Update(ctx, cfg.Encode(true)); err != nil {
 		return err
 	}
+	var timeout <-chan time.Time
+	if cfg.DrainTimeout > 0 {
+		t := time.NewTimer(cfg.DrainTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	revoked := false
 	select {
 	case err := <-done:
 		if err != nil {
@@ -172,11 +190,19 @@ func drainMember(ctx context.Context, cfg MemberConfig, ann *Announcement, done 
 		}
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-timeout:
+		if err := giveUp(ctx, cfg, ann, done); err != nil {
+			return err
+		}
+		revoked = true
 	}
 	if cfg.Drained != nil {
 		if err := cfg.Drained(ctx); err != nil {
 			return err
 		}
+	}
+	if revoked {
+		return nil
 	}
 	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -184,4 +210,29 @@ func drainMember(ctx context.Context, cfg MemberConfig, ann *Announcement, done 
 		return fmt.Errorf("revoking member lease: %w", err)
 	}
 	return nil
+}
+
+// giveUp ends a drain that timed out: it revokes the member's lease, so
+// that the items it still holds fail over now, and waits until its
+// Allocate has seen its member key go.
+func giveUp(ctx context.Context, cfg MemberConfig, ann *Announcement, done <-chan error) error {
+	kvs, rev := cfg.KeySpace.Snapshot()
+	held := len(NewState(cfg.Root, kvs, rev).MemberAssignments(cfg.Zone, cfg.Suffix))
+	cfg.Logger.Warn("drain timed out with items no other member took; giving them up, to fail over now",
+		"member", ann.Key, "items", held, "drainTimeout", cfg.DrainTimeout)
+	drainsGivenUp.Inc()
+	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := cfg.Client.Revoke(revokeCtx, ann.Lease); err != nil {
+		return fmt.Errorf("drain timed out, and revoking the member's lease failed: %w", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, ErrMemberGone) {
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

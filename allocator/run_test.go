@@ -85,3 +85,66 @@ func (f *fleet) awaitMember(zone, suffix string) {
 		}
 	}
 }
+
+// A drain whose items no other member can take (the other member holds
+// them all already) gives them up once its DrainTimeout passes: Run
+// returns nil, its member key and assignments are gone, and the items
+// keep their replica on the other member.
+func TestDrainTimeoutGivesUpWhatNobodyTakes(t *testing.T) {
+	f := newFleet(t)
+	f.items(3, 2)
+	f.join("z1", "a", 10)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ks := keyspace.New(f.root, NewDecoder(f.root, Decoders{}))
+	if err := ks.Load(ctx, f.client, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.goWatch(ctx, ks)
+	drain := make(chan struct{})
+	done := make(chan error, 1)
+	drained := make(chan struct{})
+	go func() {
+		done <- Run(ctx, drain, MemberConfig{
+			Config: Config{Client: f.client, KeySpace: ks, Ready: testReady, Logger: testLogger},
+			Root:   f.root, Zone: "z2", Suffix: "d", Spec: MemberSpec{Limit: 10},
+			LeaseTTL: time.Minute, DrainTimeout: time.Second,
+			Drained: func(context.Context) error { close(drained); return nil },
+		})
+	}()
+	f.wg.Add(1)
+	go func() { defer f.wg.Done(); f.own(ctx, ks, &process{zone: "z2", suffix: "d"}) }()
+	f.awaitMember("z2", "d")
+	if got := loads(f.awaitConverged())["z2/d"]; got != 3 {
+		t.Fatalf("the member to drain holds %d items, want 3", got)
+	}
+
+	close(drain)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drain did not end after its timeout")
+	}
+	select {
+	case <-drained:
+	default:
+		t.Error("Drained was not called")
+	}
+	now := keyspace.New(f.root, NewDecoder(f.root, Decoders{}))
+	if err := now.Load(context.Background(), f.client, 0); err != nil {
+		t.Fatal(err)
+	}
+	kvs, rev := now.Snapshot()
+	s := NewState(f.root, kvs, rev)
+	if s.MemberIndex("z2", "d") >= 0 || len(s.MemberAssignments("z2", "d")) != 0 {
+		t.Errorf("the drained member is still in etcd, with %d assignments", len(s.MemberAssignments("z2", "d")))
+	}
+	f.lastRev = rev
+	if got := loads(f.awaitConverged())["z1/a"]; got != 3 {
+		t.Errorf("the remaining member holds %d items, want 3", got)
+	}
+}

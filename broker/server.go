@@ -38,6 +38,12 @@ type Config struct {
 	Limit int
 	// LeaseTTL is how long the broker's keys outlive it. Zero means 10s.
 	LeaseTTL time.Duration
+	// DrainTimeout bounds a drain: once it passes, the broker gives up the
+	// journals no other broker took (with as many brokers as a journal's
+	// replication, none can), which fail over at once, rather than after
+	// its lease expires. Zero waits as long as it takes. See
+	// allocator.MemberConfig.DrainTimeout.
+	DrainTimeout time.Duration
 	// IsolationTimeout is how long the broker may reach etcd but none of
 	// its peers (while it has two or more) before it resigns: it revokes
 	// its lease, so that its journals move to brokers that can replicate
@@ -181,7 +187,8 @@ func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
 			s.log.Info("drained; persisting spools")
 			return s.persister.wait(ctx)
 		},
-		Resign: resign,
+		DrainTimeout: s.cfg.DrainTimeout,
+		Resign:       resign,
 	})
 	if errors.Is(err, allocator.ErrResigned) {
 		cancel()

@@ -147,6 +147,7 @@ type serveFlags struct {
 	broker, metrics            string
 	limit                      int
 	leaseTTL, unassignFailed   time.Duration
+	drainTimeout               time.Duration
 	tls, etcdTLS               tlsconfig.Files
 }
 
@@ -198,9 +199,10 @@ live under --dir, which is emptied at start: they are played back from
 their recovery logs. The defaults reach 'quire dev'.
 
 SIGTERM (or Ctrl-C) drains: the process's shards move to other processes,
-then it exits. A process alone in its fleet has nobody to hand them to, and
-keeps them until a second signal, which exits at once: its shards then fail
-over when its lease expires.`,
+then it exits. Replicas that no other process can take (a process alone in
+its fleet, or a standby whose shard every other process holds) fail over at
+once after --drain-timeout. A second signal exits at once: its shards then
+fail over when its lease expires.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd.Context(), app, f)
@@ -220,6 +222,8 @@ over when its lease expires.`,
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
 	fl.DurationVar(&f.unassignFailed, "unassign-failed-after", envDuration("QUIRE_UNASSIGN_FAILED_AFTER"),
 		"how long a FAILED shard replica keeps its assignment before the process removes it, for the shard to restart (env QUIRE_UNASSIGN_FAILED_AFTER; default 0: never, FAILED replicas wait for 'quire shards unassign --failed')")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", DefaultDrainTimeout,
+		"how long a drain waits for other processes to take the process's shard replicas; then those left fail over at once (0: wait as long as it takes)")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the process (to its clients, and to brokers and other processes as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the process's etcd client")
 	return cmd
@@ -281,6 +285,9 @@ func (f *serveFlags) validate() error {
 			}
 		}
 		return usagef("--unassign-failed-after %s: want 0 (never) or a positive duration", f.unassignFailed)
+	}
+	if f.drainTimeout < 0 {
+		return usagef("--drain-timeout %s: want 0 (wait as long as it takes) or a positive duration", f.drainTimeout)
 	}
 	if f.tls.Cert == "" && f.tls.CA != "" {
 		return usagef("--tls-ca without --tls-cert: a consumer process serves TLS with a certificate of its own")
@@ -368,7 +375,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	defer journals.Close()
 	srv, err := New(Config{App: app, Etcd: etcd, Journals: journals, Root: f.prefix,
 		Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise, Dir: f.dir, Limit: f.limit,
-		LeaseTTL: f.leaseTTL, UnassignFailedAfter: f.unassignFailed, DialOptions: dialOpts, Logger: slog.Default()})
+		LeaseTTL: f.leaseTTL, UnassignFailedAfter: f.unassignFailed, DrainTimeout: f.drainTimeout, DialOptions: dialOpts, Logger: slog.Default()})
 	if err != nil {
 		return UsageError{err}
 	}

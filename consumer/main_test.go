@@ -84,6 +84,7 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"extra"}, want: `unknown command "extra"`},
 		{args: []string{"--tls-ca", "ca.pem"}, want: "--tls-ca without --tls-cert"},
 		{args: []string{"--unassign-failed-after", "-1s"}, want: "--unassign-failed-after -1s"},
+		{args: []string{"--drain-timeout", "-1s"}, want: "--drain-timeout -1s"},
 		{env: map[string]string{"QUIRE_UNASSIGN_FAILED_AFTER": "soon"}, want: `QUIRE_UNASSIGN_FAILED_AFTER "soon"`},
 		{args: []string{"--tls-cert", "cert.pem"}, want: "has no key file"},
 		{args: []string{"--etcd-key", "key.pem"}, want: "--etcd-cert, --etcd-key, --etcd-ca"},
@@ -133,7 +134,7 @@ func TestServeDefaults(t *testing.T) {
 	}
 	for flag, want := range map[string]string{
 		"prefix": "/quire/consumers/counting/", "etcd": "127.0.0.1:7701", "broker": "127.0.0.1:7700",
-		"zone": "local", "listen": "127.0.0.1:0", "lease-ttl": "8s",
+		"zone": "local", "listen": "127.0.0.1:0", "lease-ttl": "8s", "drain-timeout": "20s",
 	} {
 		if got := serve.Flags().Lookup(flag).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", flag, got, want)

@@ -26,10 +26,15 @@ import (
 // DefaultLeaseTTL bounds how long a crashed primary's shards wait to fail
 // over: the lease's TTL, then well under a second to promote a standby
 // (docs/benchmarks.md), so under 10 seconds in all.
+//
+// DefaultDrainTimeout is serve's --drain-timeout (a zero Config's
+// DrainTimeout waits as long as it takes): under the 30 seconds that
+// Kubernetes gives a pod to stop.
 const (
 	DefaultLimit        = 1024
 	DefaultLeaseTTL     = 8 * time.Second
 	DefaultHintInterval = time.Minute
+	DefaultDrainTimeout = 20 * time.Second
 )
 
 // Config configures a consumer process.
@@ -67,6 +72,12 @@ type Config struct {
 	// process, as an operator's Unassign would make. Zero means never:
 	// FAILED replicas wait for Unassign.
 	UnassignFailedAfter time.Duration
+	// DrainTimeout bounds a drain: once it passes, the process gives up the
+	// shard replicas no other process took (a standby whose shard every
+	// other process already holds), which fail over at once rather than
+	// after its lease expires. Zero waits as long as it takes. See
+	// allocator.MemberConfig.DrainTimeout.
+	DrainTimeout time.Duration
 	// DialOptions are added to those of the process's connections to
 	// other consumer processes (which are plaintext by default):
 	// transport credentials, for TLS.
@@ -180,7 +191,8 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 		Encode: func(exiting bool) string {
 			return allocator.Encode(MemberSpec{Limit: s.cfg.Limit, Exiting: exiting, Endpoint: s.cfg.Endpoint})
 		},
-		Drained: func(ctx context.Context) error { return s.resolver.awaitNoReplicas(ctx) },
+		Drained:      func(ctx context.Context) error { return s.resolver.awaitNoReplicas(ctx) },
+		DrainTimeout: s.cfg.DrainTimeout,
 	})
 	s.resolver.stopAll()
 	return err

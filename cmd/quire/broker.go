@@ -40,7 +40,7 @@ type brokerFlags struct {
 	listen, advertise, dir     string
 	store, metrics             string
 	limit                      int
-	lease, isolation           time.Duration
+	lease, isolation, drain    time.Duration
 	tls, etcdTLS               tlsconfig.Files
 }
 
@@ -67,8 +67,10 @@ none. Every flag but --advertise and --metrics falls back to the
 environment variable named in its help.
 
 SIGTERM (or Ctrl-C) drains: the broker's journals move to other brokers,
-its spools are persisted, and it exits. A second signal exits at once;
-its journals then fail over when its lease expires.`,
+its spools are persisted, and it exits. Journals that no other broker
+can take (with as many brokers as their replication) fail over at once
+after --drain-timeout. A second signal exits at once; its journals then
+fail over when its lease expires.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBrokerServe(cmd.Context(), f)
@@ -85,6 +87,7 @@ its journals then fail over when its lease expires.`,
 	fl.StringVar(&f.store, "store", os.Getenv("QUIRE_STORE"), "fragment store of journals that name none: file:///DIR/ or s3://BUCKET/PREFIX/?endpoint=HOST:PORT (env QUIRE_STORE)")
 	fl.IntVar(&f.limit, "limit", 1024, "most journals the broker serves")
 	fl.DurationVar(&f.lease, "lease", 10*time.Second, "how long the broker's keys outlive it if it dies")
+	fl.DurationVar(&f.drain, "drain-timeout", 20*time.Second, "how long a drain waits for other brokers to take the broker's journals; then those left fail over at once (0: wait as long as it takes)")
 	fl.DurationVar(&f.isolation, "isolation-timeout", 0, "how long the broker may reach etcd but none of its peers (two or more) before it gives its journals up and exits (default 3 × --lease; negative: never)")
 	fl.StringVar(&f.metrics, "metrics", "", "host:port serving Prometheus metrics at /metrics (default: none)")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
@@ -128,6 +131,9 @@ func (f *brokerFlags) validate() error {
 	}
 	if f.lease < time.Second {
 		return usagef("--lease %s: want at least 1s", f.lease)
+	}
+	if f.drain < 0 {
+		return usagef("--drain-timeout %s: want 0 (wait as long as it takes) or a positive duration", f.drain)
 	}
 	if f.isolation > 0 && f.isolation <= f.lease {
 		return usagef("--isolation-timeout %s: want more than --lease %s (peers that die must leave etcd before their absence counts), or a negative value to never resign", f.isolation, f.lease)
@@ -199,7 +205,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	srv, err := broker.New(broker.Config{
 		Etcd: etcd, Root: f.prefix, Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise,
 		Dir: f.dir, DefaultStore: f.store, Limit: f.limit, LeaseTTL: f.lease, DialOptions: dialOpts,
-		IsolationTimeout: f.isolation, Logger: slog.Default(),
+		DrainTimeout: f.drain, IsolationTimeout: f.isolation, Logger: slog.Default(),
 	})
 	if err != nil {
 		return usageError{err}

@@ -73,6 +73,7 @@ func TestBrokerServeFlags(t *testing.T) {
 		{[]string{"--dir", ""}, "--dir is empty"},
 		{[]string{"--limit", "0"}, "--limit 0"},
 		{[]string{"--lease", "100ms"}, "--lease 100ms"},
+		{[]string{"--drain-timeout", "-1s"}, "--drain-timeout -1s"},
 		{[]string{"--isolation-timeout", "5s"}, "--isolation-timeout 5s: want more than --lease 10s"},
 		{[]string{"--metrics", "nowhere"}, `--metrics "nowhere"`},
 		{[]string{"--etcd", ""}, "--etcd is empty"},
