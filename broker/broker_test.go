@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quire-dev/quire/broker/spool"
+	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -683,5 +685,76 @@ func TestRecoveredSpoolDivergingFromPrimaryIsQuarantined(t *testing.T) {
 		if got := string(c.readAll(b, "log/diverged")); got != "shared\ntheirs\n" {
 			t.Fatalf("%s reads %q", b.name, got)
 		}
+	}
+}
+
+// A replica that lacks content at an offset (it joined the route after
+// the content was written, which is still in a peer's spool) and is asked
+// not to proxy (a client reading from a route it cached) sends the reader
+// to the primary, rather than have it skip the content as gone. A client
+// reading from a replica of its zone gets the whole journal.
+func TestReplicaRedirectsReadsOfContentItLacks(t *testing.T) {
+	const journal = "log/redirected"
+	release := make(chan struct{})
+	persistHook = func(f fragment.Fragment) {
+		if f.Journal == journal {
+			<-release // Hold the content in the spools: no replica finds it in the store.
+		}
+	}
+	t.Cleanup(func() { persistHook = func(fragment.Fragment) {} })
+	c := newCluster(t)
+	t.Cleanup(func() { close(release) }) // Before the brokers stop.
+	for _, name := range []string{"b1", "b2", "b3"} {
+		c.start(name, "")
+	}
+	c.journal(c.brokers["b1"], journal, 2)
+	c.appendRetry(c.brokers["b1"], journal, []byte("hello\n"))
+	first := c.awaitRoute(c.brokers["b1"], journal, 2)
+	c.journal(c.brokers["b1"], journal, 3)
+	c.awaitRoute(c.brokers["b1"], journal, 3)
+	c.appendRetry(c.brokers["b1"], journal, []byte("world\n")) // Synchronizes the newcomer, at offset 6.
+	var newcomer *testBroker
+	for _, b := range c.brokers {
+		if indexOf(first, b.srv.id) < 0 {
+			newcomer = b
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := protocol.NewJournalClient(newcomer.conn).Read(ctx, &protocol.ReadRequest{Journal: journal, DoNotProxy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *protocol.ReadResponse
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status == protocol.Status_OK && (resp.Offset != 0 || len(resp.Content) != 0) {
+			t.Fatalf("the newcomer answered offset %d with %q: it does not hold offset 0", resp.Offset, resp.Content)
+		}
+		last = resp
+	}
+	if last.GetStatus() != protocol.Status_NOT_PRIMARY || last.GetHeader().GetRoute().GetMembers()[0].GetSuffix() != first.Members[0].Suffix {
+		t.Fatalf("the newcomer's last answer %v, want NOT_PRIMARY naming the primary %s", last, first.Members[0].Suffix)
+	}
+
+	cl, err := client.New(ctx, client.Config{Broker: newcomer.srv.cfg.Endpoint, Zone: newcomer.srv.cfg.Zone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.WriteHead(ctx, journal); err != nil { // Learns the route.
+		t.Fatal(err)
+	}
+	rd := cl.NewReader(ctx, client.ReadRequest{Journal: journal})
+	defer rd.Close()
+	got, err := io.ReadAll(rd)
+	if err != nil || string(got) != "hello\nworld\n" {
+		t.Fatalf("a client of the newcomer's zone read %q, %v; want the whole journal", got, err)
 	}
 }

@@ -132,9 +132,9 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 	cur, head, headCh := r.cur, r.head, r.headCh
 	r.mu.Unlock()
 	if offset >= cur.Begin {
-		if offset >= head && !req.DoNotProxy && !r.current() {
+		if offset >= head && !r.current() {
 			// Its head may not be the journal's: the primary serves on.
-			return -1, errMiss{offset}
+			return r.miss(ctx, req, stream, offset, -1, cur.Begin, head, nil)
 		}
 		if offset < head {
 			if req.MetadataOnly {
@@ -171,10 +171,23 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 // The primary lists the stores again; content a peer is persisting is
 // waited for; anything else is gone (removed by retention), and the read
 // jumps to the next content there is.
+//
+// Only the primary judges content gone: a replica that is not, asked not
+// to proxy (a client reading from a route it cached, or a broker passing
+// a read to the primary it knew), redirects the reader to the primary,
+// which may have moved here since. Answering itself, it would have the
+// reader skip content that a peer holds: an append that committed on
+// some replicas only, as the primary changed, which the new primary
+// rolled the journal past.
 func (r *replica) miss(ctx context.Context, req *protocol.ReadRequest, stream protocol.Journal_ReadServer,
 	offset, next, begin, head int64, changed <-chan struct{}) (int64, error) {
-	if !r.isPrimary() && !req.DoNotProxy {
+	switch {
+	case !r.isPrimary() && !req.DoNotProxy:
 		return -1, errMiss{offset}
+	case !r.isPrimary():
+		_, route, _ := r.view()
+		readsRedirected.Inc()
+		return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_NOT_PRIMARY, Header: r.srv.header(route)})
 	}
 	r.refreshSoon()
 	if _, ok, _, _ := r.index.query(offset); ok {

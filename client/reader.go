@@ -288,6 +288,17 @@ func (r *Reader) handleStatus(resp *protocol.ReadResponse) error {
 		}
 		r.failed = false
 		return io.EOF
+	case protocol.Status_NOT_PRIMARY:
+		// A replica lacks the offset (or its head may be behind the
+		// journal's) and may not proxy: another replica, or the primary
+		// the header named, serves it.
+		r.avoid[endpoint] = true
+		readRetries.WithLabelValues(st.String()).Inc()
+		if r.redirects < maxRedirects {
+			r.redirects++
+			r.failed = false
+		}
+		return nil
 	case protocol.Status_NOT_REPLICA:
 		r.avoid[endpoint] = true
 		readRetries.WithLabelValues(st.String()).Inc()
