@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -173,5 +175,61 @@ func TestFencingWhilePipelined(t *testing.T) {
 	}
 	if _, p := play(t, cl, journal); p.FSM().Offset != takeover {
 		t.Fatalf("played to offset %d, want %d", p.FSM().Offset, takeover)
+	}
+}
+
+// An append that committed although the recorder was told it failed (its
+// stream broke as the journal's primary changed, say) is refused when it
+// is retried, for its offset: the recorder finds its own bytes there, and
+// records on. Bytes of the same length that are not its own still stop it.
+func TestRetriedAppendFoundCommitted(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		t.Run(fmt.Sprintf("own=%v", own), func(t *testing.T) {
+			journal := "recovery/found-" + strconv.FormatBool(own)
+			cl := cluster(t, journal)
+			dir := t.TempDir()
+			r := newRecorder(t, cl, journal, dir, "recorder-a", nil)
+			if err := writeFile(r, filepath.Join(dir, "one"), "first", true); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFile(r, filepath.Join(dir, "two"), "pending", false); err != nil {
+				t.Fatal(err)
+			}
+			// What the recorder's next append carries lands first, as an
+			// earlier attempt of it would have.
+			r.mu.Lock()
+			at, data := r.sent, bytes.Join(r.pending, nil)
+			r.mu.Unlock()
+			if !own {
+				data = bytes.Repeat([]byte{'x'}, len(data))
+			}
+			if _, err := cl.Append(testContext(t), client.AppendRequest{Journal: journal, Offset: &at,
+				CheckRegisters: r.check()}, bytes.NewReader(data)); err != nil {
+				t.Fatal(err)
+			}
+
+			err := r.Sync()
+			if !own {
+				if !errors.Is(err, ErrRecorderFailed) || !errors.Is(err, client.ErrWrongAppendOffset) {
+					t.Fatalf("sync over foreign bytes: %v, want ErrRecorderFailed and ErrWrongAppendOffset", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("sync of an append found committed: %v", err)
+			}
+			if err := writeFile(r, filepath.Join(dir, "three"), "after", true); err != nil {
+				t.Fatal(err)
+			}
+			played, p := play(t, cl, journal)
+			if got := strings.Join(p.FSM().Paths(), ","); got != "one,three,two" {
+				t.Fatalf("played paths %s, want one,three,two", got)
+			}
+			for name, want := range map[string]string{"one": "first", "two": "pending", "three": "after"} {
+				if got, err := os.ReadFile(filepath.Join(played, name)); err != nil || string(got) != want {
+					t.Errorf("played %s: %q %v, want %q", name, got, err, want)
+				}
+			}
+		})
 	}
 }

@@ -10,6 +10,9 @@ var (
 		Name: "quire_recoverylog_appends_total", Help: "Appends of recorded ops committed to recovery logs."})
 	appendedBytes = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_recoverylog_appended_bytes_total", Help: "Bytes of recorded ops committed to recovery logs."})
+	retriedAppends = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_recoverylog_appends_found_committed_total",
+		Help: "Appends thought to have failed that the recorder found committed in the log when their retry was refused (the journal's primary changed as they committed)."})
 	syncSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name: "quire_recoverylog_sync_seconds", Help: "Time a sync of a recorded file waited for the recovery log.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)})

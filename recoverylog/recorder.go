@@ -461,6 +461,12 @@ func (r *Recorder) append(f *flight) error {
 		// Did another recorder take over? It appended after it did.
 		if perr := r.probe(); errors.Is(perr, client.ErrRegisterMismatch) {
 			err = perr
+		} else if r.holds(ctx, f) {
+			// An attempt that failed had committed after all (on the
+			// replica that became the journal's primary, say, when the
+			// primary changed as it committed).
+			retriedAppends.Inc()
+			return nil
 		}
 	}
 	switch {
@@ -478,6 +484,21 @@ func (r *Recorder) append(f *flight) error {
 			ErrRecorderFailed, r.cfg.Author, len(f.data), commit.GetBegin(), begin)
 	}
 	return nil
+}
+
+// holds tells whether the log holds f's chunk at f's offsets: its append
+// was refused for its offset because an earlier attempt of it, thought to
+// have failed, had committed. (A failure as the journal's primary changes
+// may leave an append committed on some replicas; the new primary then
+// rolls the journal past it, and serves it.)
+func (r *Recorder) holds(ctx context.Context, f *flight) bool {
+	rd := r.cfg.Client.NewReader(ctx, client.ReadRequest{Journal: r.cfg.Journal, Offset: f.begin, EndOffset: f.end})
+	defer rd.Close()
+	got := make([]byte, len(f.data))
+	if _, err := io.ReadFull(rd, got); err != nil {
+		return false
+	}
+	return bytes.Equal(got, f.data)
 }
 
 // check is the register selector of the recorder's appends.
