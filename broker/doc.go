@@ -30,7 +30,9 @@
 // the pipeline down; the next append builds a new one.
 //
 // A replica that is not yet synchronized with the primary on the current
-// route passes reads at its write head to the primary, and a broker that
+// route, or that lacks an offset (only the primary judges content gone),
+// passes the read to the primary, or redirects the reader there
+// (NOT_PRIMARY) when asked not to proxy, and a broker that
 // restarts adopts a recovered spool of a replicated journal only if the
 // journal's primary serves the same bytes over its offsets (else it is
 // quarantined).
@@ -39,6 +41,11 @@
 // cancelled when its route changes, ending any pipeline stream built on the
 // old route, and a replica accepts a pipeline only if its header's route
 // equals its own view at (or after) the header's etcd revision.
+//
+// The primary's registers become every replica's at synchronization; a
+// primary new to the journal (which no proposal reached) first adopts
+// those of a peer that knows them, and a broker restarted on its disk
+// takes them from its recovered spool.
 //
 // Once a pipeline is synchronized on a route, the primary writes that route
 // into each replica's assignment value: the allocator counts a replica as

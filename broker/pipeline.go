@@ -153,8 +153,15 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 			return fmt.Errorf("%w: %s answered %s", errPipeline, p.route.Endpoints[i+1], resp.Status)
 		}
 	}
+	adopted := r.adoptRegisters(resps)
 	if at == s.End() && !mismatched(resps) {
-		return nil
+		if !adopted {
+			return nil
+		}
+		// The peers took the registers it proposed: give them those it
+		// adopted.
+		return p.exchange(&protocol.ReplicateRequest{Proposal: fragmentOf(s, false),
+			Registers: protocol.ProtoLabels(r.registers)})
 	}
 	if at > s.End() {
 		r.mu.Lock()
@@ -168,6 +175,33 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 		Proposal:  &protocol.Fragment{Journal: r.journal, Begin: at, End: at, Sum: emptySum[:]},
 		Registers: protocol.ProtoLabels(r.registers),
 	})
+}
+
+// adoptRegisters makes a primary that does not know the journal's
+// registers (it is new to the journal, and became primary before any
+// proposal reached it: its predecessor vanished) take those of a peer
+// that knows them, from the peers' answers to its proposal. Its own,
+// empty, would wipe theirs: a recovery log's author register, say, whose
+// recorder would then find itself fenced. It tells whether the registers
+// changed. The caller holds the token.
+func (r *replica) adoptRegisters(resps []*protocol.ReplicateResponse) bool {
+	if r.registersKnown {
+		return false
+	}
+	r.registersKnown = true
+	for _, resp := range resps {
+		if !resp.RegistersKnown {
+			continue
+		}
+		regs := protocol.LabelsOf(resp.Registers)
+		if regs.String() == r.registers.String() {
+			return false
+		}
+		r.srv.log.Info("adopted the journal's registers from a peer", "journal", r.journal, "registers", regs.String())
+		r.registers = regs
+		return true
+	}
+	return false // No peer knows them either: its own stand (recovered from its disk, or none for a new journal).
 }
 
 func mismatched(resps []*protocol.ReplicateResponse) bool {

@@ -57,9 +57,15 @@ type replica struct {
 	token chan struct{}
 	// Guarded by token:
 	registers labels.Set
-	pipe      *pipeline
-	syncer    spool.Syncer
-	limiter   *rate.Limiter // of max_append_rate; nil when unlimited
+	// registersKnown: registers are the journal's, as of this replica's
+	// content. A replica new to the journal starts with none, and does
+	// not know them until it takes a primary's proposal (or recovers them
+	// from a spool on its disk): as primary meanwhile, it adopts a peer's
+	// (see synchronize) rather than wipe theirs.
+	registersKnown bool
+	pipe           *pipeline
+	syncer         spool.Syncer
+	limiter        *rate.Limiter // of max_append_rate; nil when unlimited
 }
 
 func newReplica(srv *Server, journal string) *replica {
@@ -174,7 +180,7 @@ func (r *replica) load() {
 		r.index.addLocal(e)
 	}
 	r.index.markLoaded()
-	if err := r.startSpool(); err != nil {
+	if err := r.startSpool(r.srv.latestRecovered(r.journal)); err != nil {
 		r.srv.log.Error("creating spool failed", "journal", r.journal, "err", err)
 		return
 	}
@@ -357,13 +363,31 @@ func (r *replica) expected(offset int64) bool {
 // expectWait bounds how long reads wait for content a peer should persist.
 const expectWait = 2 * time.Minute
 
+// recoverRegisters takes the registers of the latest spool recovered from
+// the broker's disk, if any. At replication 1 they are the journal's; at
+// more, the journal may have moved on while the broker was down, so they
+// count only if no peer knows better (see adoptRegisters).
+func (r *replica) recoverRegisters(rec *spool.Recovered) {
+	if rec == nil {
+		return
+	}
+	set, err := labels.Parse(rec.Registers)
+	if err != nil {
+		r.srv.log.Warn("recovered spool holds registers that do not parse; ignored", "journal", r.journal, "path", rec.Path(), "err", err)
+		return
+	}
+	spec, _, _ := r.view()
+	r.registers, r.registersKnown = set, spec.GetReplication() < 2
+}
+
 // startSpool creates the first spool, after every indexed offset, with the
-// registers of the latest local fragment.
-func (r *replica) startSpool() error {
+// registers of the latest spool recovered from disk (latest, if not nil).
+func (r *replica) startSpool(latest *spool.Recovered) error {
 	if err := r.acquire(r.ctx); err != nil {
 		return err
 	}
 	defer r.release()
+	r.recoverRegisters(latest)
 	s, err := spool.Create(r.srv.cfg.Dir, r.journal, r.index.end(), r.registers.String())
 	if err != nil {
 		return err

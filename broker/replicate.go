@@ -87,6 +87,7 @@ func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_Re
 	if req.Proposal == nil {
 		return nil
 	}
+	registers, known := r.registers, r.registersKnown // Before the proposal sets them.
 	status, err := r.applyProposal(req)
 	if err != nil {
 		return err
@@ -97,7 +98,7 @@ func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_Re
 	if !req.Acknowledge && status == protocol.Status_OK {
 		return nil
 	}
-	resp := &protocol.ReplicateResponse{Status: status}
+	resp := &protocol.ReplicateResponse{Status: status, Registers: protocol.ProtoLabels(registers), RegistersKnown: known}
 	if status != protocol.Status_OK {
 		_, route, _ := r.view()
 		resp.Header, resp.Fragment = r.srv.header(route), fragmentOf(r.spool(), false)
@@ -123,15 +124,15 @@ func (r *replica) applyProposal(req *protocol.ReplicateRequest) (protocol.Status
 		if err := r.maybeSync(); err != nil {
 			return 0, err
 		}
-		r.registers = registers
+		r.registers, r.registersKnown = registers, true
 		r.committed()
 	case sameFragment(p, committed):
 		if err := s.Rollback(); err != nil {
 			return 0, err
 		}
-		r.registers = registers
+		r.registers, r.registersKnown = registers, true
 	case p.Begin == p.End && p.Begin >= s.End():
-		r.registers = registers
+		r.registers, r.registersKnown = registers, true
 		if err := r.roll(p.Begin); err != nil {
 			return 0, err
 		}

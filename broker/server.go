@@ -82,6 +82,9 @@ type Server struct {
 
 	localMu sync.Mutex
 	locals  map[string][]entry // recovered spools awaiting persistence
+	// recovered is, per journal, its latest spool recovered from disk:
+	// its replica starts with its registers, even once it is persisted.
+	recovered map[string]*spool.Recovered
 }
 
 // New returns a broker for cfg. It does nothing until Run.
@@ -100,7 +103,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, id: &protocol.ProcessID{Zone: cfg.Zone, Suffix: cfg.Suffix},
 		log: cfg.Logger.With("broker", cfg.Zone+"#"+cfg.Suffix), locals: map[string][]entry{},
-		serving: make(chan struct{})}
+		recovered: map[string]*spool.Recovered{},
+		serving:   make(chan struct{})}
 	s.conns.Options = cfg.DialOptions
 	s.resolver = newResolver(s)
 	s.persister = newPersister(s)
@@ -351,6 +355,9 @@ func (s *Server) quarantine(rec *spool.Recovered, why string) {
 func (s *Server) adopt(rec *spool.Recovered, f fragment.Fragment) {
 	s.localMu.Lock()
 	s.locals[rec.Journal] = append(s.locals[rec.Journal], entry{frag: f, rec: rec})
+	if prev := s.recovered[rec.Journal]; prev == nil || rec.End > prev.End {
+		s.recovered[rec.Journal] = rec
+	}
 	s.localMu.Unlock()
 	s.persister.enqueue(&persistJob{frag: f, open: rec.Reader, done: func(stored fragment.Fragment) {
 		s.persisted(rec.Journal, stored)
@@ -359,6 +366,14 @@ func (s *Server) adopt(rec *spool.Recovered, f fragment.Fragment) {
 		}
 	}})
 	s.log.Info("recovered spool", "journal", rec.Journal, "begin", rec.Begin, "end", rec.End)
+}
+
+// latestRecovered is the latest spool of journal recovered from disk, or
+// nil.
+func (s *Server) latestRecovered(journal string) *spool.Recovered {
+	s.localMu.Lock()
+	defer s.localMu.Unlock()
+	return s.recovered[journal]
 }
 
 // localEntries are the recovered spools of journal not yet persisted.

@@ -957,10 +957,16 @@ type ReplicateResponse struct {
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
 	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
 	// The replica's spool, with PROPOSAL_MISMATCH.
-	Fragment      *Fragment `protobuf:"bytes,3,opt,name=fragment,proto3" json:"fragment,omitempty"`
-	Registers     []*Label  `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Fragment *Fragment `protobuf:"bytes,3,opt,name=fragment,proto3" json:"fragment,omitempty"`
+	// The journal's registers as the replica held them before the proposal
+	// answered, in every acknowledgement, and whether it knew them: it has
+	// taken a primary's proposal, or recovered them from its disk, since it
+	// started (a replica new to the journal does not know them). A primary
+	// that does not know them adopts those of a peer that does.
+	Registers      []*Label `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
+	RegistersKnown bool     `protobuf:"varint,5,opt,name=registers_known,json=registersKnown,proto3" json:"registers_known,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReplicateResponse) Reset() {
@@ -1019,6 +1025,13 @@ func (x *ReplicateResponse) GetRegisters() []*Label {
 		return x.Registers
 	}
 	return nil
+}
+
+func (x *ReplicateResponse) GetRegistersKnown() bool {
+	if x != nil {
+		return x.RegistersKnown
+	}
+	return false
 }
 
 type ReadRequest struct {
@@ -1948,12 +1961,13 @@ const file_protocol_proto_rawDesc = "" +
 	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12\x18\n" +
 	"\acontent\x18\x05 \x01(\fR\acontent\x12#\n" +
 	"\rcontent_delta\x18\x06 \x01(\x03R\fcontentDelta\x12 \n" +
-	"\vacknowledge\x18\a \x01(\bR\vacknowledge\"\xde\x01\n" +
+	"\vacknowledge\x18\a \x01(\bR\vacknowledge\"\x87\x02\n" +
 	"\x11ReplicateResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x124\n" +
 	"\bfragment\x18\x03 \x01(\v2\x18.quire.protocol.FragmentR\bfragment\x123\n" +
-	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\"\xeb\x01\n" +
+	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12'\n" +
+	"\x0fregisters_known\x18\x05 \x01(\bR\x0eregistersKnown\"\xeb\x01\n" +
 	"\vReadRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x12\x16\n" +
