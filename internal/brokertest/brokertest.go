@@ -67,6 +67,7 @@ type Broker struct {
 	Dir      string
 	srv      *grpc.Server
 	cancel   context.CancelFunc
+	drain    chan struct{}
 	done     chan error
 }
 
@@ -89,21 +90,36 @@ func New(t testing.TB) *Cluster {
 // directory.
 func (c *Cluster) Start(name string) *Broker {
 	c.t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	dir := c.t.TempDir()
 	if c.SpoolRoot != "" {
+		var err error
 		if dir, err = os.MkdirTemp(c.SpoolRoot, "quire-spools-"); err != nil {
 			c.t.Fatal(err)
 		}
 		c.t.Cleanup(func() { os.RemoveAll(dir) })
 	}
-	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(append(rpcbuf.ServerOptions(), c.ServerOptions...)...), done: make(chan error, 1)}
+	return c.run(name, dir, "127.0.0.1:0")
+}
+
+// Restart runs a stopped or drained broker again, on its spools and at
+// its endpoint, as a supervisor would restart it.
+func (c *Cluster) Restart(b *Broker) *Broker {
+	c.t.Helper()
+	return c.run(b.Name, b.Dir, b.Endpoint)
+}
+
+// run runs a broker on dir, listening at addr.
+func (c *Cluster) run(name, dir, addr string) *Broker {
+	c.t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(append(rpcbuf.ServerOptions(), c.ServerOptions...)...),
+		drain: make(chan struct{}), done: make(chan error, 1)}
 	srv, err := broker.New(broker.Config{Etcd: c.Etcd, Root: c.Root, Zone: "z" + name, Suffix: name,
 		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: 3 * time.Second,
-		DialOptions: c.DialOptions, Logger: quiet})
+		DrainTimeout: drainTimeout, DialOptions: c.DialOptions, Logger: quiet})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -111,9 +127,25 @@ func (c *Cluster) Start(name string) *Broker {
 	go b.srv.Serve(lis)
 	var ctx context.Context
 	ctx, b.cancel = context.WithCancel(context.Background())
-	go func() { b.done <- srv.Run(ctx, nil) }()
+	go func() { b.done <- srv.Run(ctx, b.drain) }()
 	c.Brokers[name] = b
 	return b
+}
+
+// drainTimeout is the brokers' Config.DrainTimeout: a cluster of fewer
+// brokers than its journals' replication drains in a few seconds.
+const drainTimeout = 2 * time.Second
+
+// Drain drains a broker, as SIGTERM does: its journals move to the other
+// brokers, its spools are persisted, and it stops.
+func (c *Cluster) Drain(b *Broker) {
+	c.t.Helper()
+	close(b.drain)
+	if err := <-b.done; err != nil {
+		c.t.Fatalf("draining broker %s: %v", b.Name, err)
+	}
+	b.done <- nil
+	c.Stop(b)
 }
 
 // Stop ends a broker at once, revoking its lease so its journals fail over

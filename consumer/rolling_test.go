@@ -1,0 +1,128 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// The brokers are restarted one at a time, each drained (as SIGTERM
+// does) and started again on its disk and address, as in a rolling
+// upgrade, while messages are published to two shards' sources. The
+// fleet has as many brokers as the journals' replication, so a draining
+// broker's journals have nowhere to go: it gives them up after its drain
+// timeout. No publish fails, no shard fails, and every message is counted
+// exactly once.
+func TestBrokersRollingRestartCountsOnce(t *testing.T) {
+	c := newCluster(t, counter{})
+	c.fleet.Start("c1", "za")
+	c.fleet.Start("c2", "zb")
+	shards := []string{"counts/shard-0", "counts/shard-1"}
+	sources := []string{"counts/in-0", "counts/in-1"}
+	for i := range shards {
+		c.apply(c.shardSpec(shards[i], 1, sources[i]))
+	}
+	for _, shard := range shards {
+		c.awaitStatus(shard, protocol.ReplicaCode_PRIMARY)
+	}
+
+	p := c.publisher()
+	want := make([]map[string]uint64, len(shards))
+	stop, published := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := range want {
+			want[i] = map[string]uint64{}
+		}
+		for round := 0; ; round++ {
+			select {
+			case <-stop:
+				published <- nil
+				return
+			default:
+			}
+			i := round % len(shards)
+			if err := p.publishRound(sources[i], round, 10, want[i]); err != nil {
+				published <- err
+				return
+			}
+		}
+	}()
+
+	for _, name := range []string{"b1", "b2", "b3"} {
+		b := c.brokers.Brokers[name]
+		c.brokers.Drain(b)
+		c.brokers.Restart(b)
+		c.awaitReplicated(3, sources...)
+	}
+	close(stop)
+	if err := <-published; err != nil {
+		t.Fatalf("a publish failed during the rolling restart: %v", err)
+	}
+	for i, shard := range shards {
+		c.stat(shard, map[string]int64{sources[i]: p.ends[sources[i]]})
+		keys := make([]string, 0, len(want[i]))
+		for k := range want[i] {
+			keys = append(keys, k)
+		}
+		got := c.counts(shard, keys...)
+		for _, k := range keys {
+			if got[k] != want[i][k] {
+				t.Errorf("%s: count of %s = %d, want %d", shard, k, got[k], want[i][k])
+			}
+		}
+		if st := c.shardStatus(shard); st.GetCode() != protocol.ReplicaCode_PRIMARY {
+			t.Errorf("%s: status %v, want PRIMARY", shard, st)
+		}
+	}
+}
+
+// publishRound publishes n counting messages to journal, waits until
+// they are appended, and adds them to want.
+func (p *publisher) publishRound(journal string, round, n int, want map[string]uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	keys := make([]string, n)
+	for j := range keys {
+		keys[j] = fmt.Sprintf("k%d", (round*n+j)%7)
+		h, err := p.pub.PublishCommitted(ctx, journal, &countMsg{Key: keys[j]})
+		if err != nil {
+			return err
+		}
+		if j < n-1 {
+			continue
+		}
+		f, err := h.Wait(ctx)
+		if err != nil {
+			return fmt.Errorf("publishing to %s: %w", journal, err)
+		}
+		p.mu.Lock()
+		p.ends[journal] = max(p.ends[journal], f.End)
+		p.mu.Unlock()
+	}
+	for _, k := range keys {
+		want[k]++
+	}
+	return nil
+}
+
+// awaitReplicated waits until each journal's route has n brokers.
+func (c *cluster) awaitReplicated(n int, journals ...string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, j := range journals {
+		for {
+			resp, err := c.journals.List(ctx, &protocol.ListRequest{Selector: "name=" + j})
+			if err == nil && len(resp.Journals) == 1 && len(resp.Journals[0].Route.GetMembers()) == n {
+				break
+			}
+			if ctx.Err() != nil {
+				c.t.Fatalf("journal %s never had %d brokers: %v %v", j, n, resp, err)
+			}
+			time.Sleep(50 * time.Millisecond) // Polling the allocator's progress.
+		}
+	}
+}
