@@ -40,6 +40,12 @@ type MemberConfig struct {
 	// second signal would cost. Drained is then called and Run returns nil,
 	// as after any drain. Zero waits as long as it takes.
 	DrainTimeout time.Duration
+	// GivingUp, if set, is called before the member's lease is revoked
+	// while it still holds items (Resign, or a drain past DrainTimeout):
+	// they move on without being handed over. A broker then keeps the
+	// spools of its replicated journals for its next start to check,
+	// rather than persist them.
+	GivingUp func()
 	// Resign, if set, is a channel whose close makes Run give the member's
 	// items up at once: it revokes the member's lease (its assignments go
 	// with it, as if it had died, but without waiting for the lease to
@@ -106,6 +112,9 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 func resign(ctx context.Context, cfg MemberConfig, ann *Announcement) error {
 	cfg.Logger.Warn("resigning: revoking the member's lease, giving its items up", "member", ann.Key)
 	resignations.Inc()
+	if cfg.GivingUp != nil {
+		cfg.GivingUp()
+	}
 	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := cfg.Client.Revoke(revokeCtx, ann.Lease); err != nil {
@@ -221,6 +230,9 @@ func giveUp(ctx context.Context, cfg MemberConfig, ann *Announcement, done <-cha
 	cfg.Logger.Warn("drain timed out with items no other member took; giving them up, to fail over now",
 		"member", ann.Key, "items", held, "drainTimeout", cfg.DrainTimeout)
 	drainsGivenUp.Inc()
+	if cfg.GivingUp != nil {
+		cfg.GivingUp()
+	}
 	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := cfg.Client.Revoke(revokeCtx, ann.Lease); err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/quire-dev/quire/broker/spool"
 )
 
 // A draining broker hands its journals to another, even journals nobody
@@ -27,5 +29,55 @@ func TestDrainMovesIdleJournal(t *testing.T) {
 	}
 	if got := c.readAll(b2, "idle/j"); !bytes.Equal(got, []byte("content\n")) {
 		t.Fatalf("after the drain, b2 reads %q", got)
+	}
+}
+
+// A broker whose drain times out (no other broker can take its journals,
+// of replication 3 on three brokers) gives them up, and keeps the spools
+// of those replicated journals on its disk, as a crash would, rather than
+// persist them: its journals moved on without it, perhaps over offsets
+// where an append committed on it alone. Restarted, it checks them
+// against the journal's primary, and every broker reads the same journal.
+func TestDrainTimeoutKeepsSpools(t *testing.T) {
+	c := newCluster(t)
+	for _, name := range []string{"b1", "b2", "b3"} {
+		c.startWith(name, "", c.etcd, func(cfg *Config) { cfg.DrainTimeout = time.Second })
+	}
+	const journal = "log/given-up"
+	c.journal(c.brokers["b1"], journal, 3)
+	c.awaitRoute(c.brokers["b1"], journal, 3)
+	c.appendRetry(c.brokers["b1"], journal, []byte("before\n"))
+	b3 := c.brokers["b3"]
+	close(b3.drain)
+	select {
+	case err := <-b3.done:
+		b3.done <- err
+		if err != nil {
+			t.Fatalf("the drain returned %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drain did not give up")
+	}
+	c.stop(b3)
+	recovered, err := spool.Recover(b3.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := false
+	for _, rec := range recovered {
+		kept = kept || rec.Journal == journal && rec.End > rec.Begin
+	}
+	if !kept {
+		t.Fatalf("the broker that gave its journal up kept no spool of it: %v", recovered)
+	}
+	c.appendRetry(c.brokers["b1"], journal, []byte("after\n"))
+	restarted := c.start("b3", b3.dir)
+	c.awaitRoute(c.brokers["b1"], journal, 3)
+	c.appendRetry(c.brokers["b1"], journal, []byte("end\n"))
+	want := "before\nafter\nend\n"
+	for _, b := range []*testBroker{c.brokers["b1"], c.brokers["b2"], restarted} {
+		if got := string(c.readAll(b, journal)); got != want {
+			t.Errorf("%s reads %q, want %q", b.name, got, want)
+		}
 	}
 }

@@ -115,7 +115,12 @@ func (rs *resolver) snapshot() (*allocator.State, map[string]resolved) {
 }
 
 // end retires a replica no longer assigned here: it stops serving, and its
-// spool, if it holds content, is persisted.
+// spool, if it holds content, is persisted. Except after the broker gave
+// its journals up (it resigned, or its drain timed out): its journals
+// moved on without it, perhaps over offsets at the end of its spool where
+// an append committed here only as its route changed. At replication 2 or
+// more, the spool then stays on disk, as after a crash, for the broker's
+// next start to check against the journal's primary (see recoverSpools).
 func (r *replica) end() {
 	defer r.srv.wg.Done()
 	r.cancel()
@@ -130,6 +135,10 @@ func (r *replica) end() {
 	s.Rollback()
 	if s.End() == s.Begin {
 		s.Remove()
+		return
+	}
+	if r.srv.gaveUp.Load() && spec.GetReplication() >= 2 {
+		s.Close()
 		return
 	}
 	r.handOff(spec, s)

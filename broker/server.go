@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -82,6 +83,9 @@ type Server struct {
 
 	localMu sync.Mutex
 	locals  map[string][]entry // recovered spools awaiting persistence
+	// gaveUp is set once the broker gives its journals up without handing
+	// them over: see replica.end.
+	gaveUp atomic.Bool
 	// recovered is, per journal, its latest spool recovered from disk:
 	// its replica starts with its registers, even once it is persisted.
 	recovered map[string]*spool.Recovered
@@ -193,6 +197,7 @@ func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
 		},
 		DrainTimeout: s.cfg.DrainTimeout,
 		Resign:       resign,
+		GivingUp:     func() { s.gaveUp.Store(true) },
 	})
 	if errors.Is(err, allocator.ErrResigned) {
 		cancel()

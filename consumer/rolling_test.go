@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -61,6 +62,73 @@ func TestBrokersRollingRestartCountsOnce(t *testing.T) {
 	if err := <-published; err != nil {
 		t.Fatalf("a publish failed during the rolling restart: %v", err)
 	}
+	c.checkCounts(shards, sources, p, want)
+}
+
+// The consumer processes are restarted one at a time, each drained (as
+// SIGTERM does) and started again, as in a rolling upgrade, while messages
+// are published to two shards with a standby each. With two processes, a
+// draining process's standbys have nowhere to go (the other process holds
+// the shard already): it gives them up after its drain timeout. No shard
+// fails, and every message is counted exactly once.
+func TestProcessesRollingRestartCountsOnce(t *testing.T) {
+	c := newCluster(t, counter{})
+	c.fleet.Configure = func(cfg *consumer.Config) { cfg.DrainTimeout = 2 * time.Second }
+	zones := map[string]string{"c1": "za", "c2": "zb"}
+	for name, zone := range zones {
+		c.fleet.Start(name, zone)
+	}
+	shards := []string{"counts/shard-0", "counts/shard-1"}
+	sources := []string{"counts/in-0", "counts/in-1"}
+	for i := range shards {
+		c.apply(c.shardSpec(shards[i], 1, sources[i]))
+	}
+	for _, shard := range shards {
+		c.awaitStatus(shard, protocol.ReplicaCode_PRIMARY)
+	}
+
+	p := c.publisher()
+	want := make([]map[string]uint64, len(shards))
+	stop, published := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := range want {
+			want[i] = map[string]uint64{}
+		}
+		for round := 0; ; round++ {
+			select {
+			case <-stop:
+				published <- nil
+				return
+			default:
+			}
+			i := round % len(shards)
+			if err := p.publishRound(sources[i], round, 10, want[i]); err != nil {
+				published <- err
+				return
+			}
+		}
+	}()
+
+	for _, name := range []string{"c1", "c2"} {
+		if err := c.fleet.Drain(c.fleet.Procs[name]); err != nil {
+			t.Fatalf("draining %s: %v", name, err)
+		}
+		restarted := c.fleet.Start(name, zones[name])
+		for _, shard := range shards {
+			awaitReplica(t, c, restarted, shard, restarted, protocol.ReplicaCode_STANDBY)
+		}
+	}
+	close(stop)
+	if err := <-published; err != nil {
+		t.Fatalf("a publish failed during the rolling restart: %v", err)
+	}
+	c.checkCounts(shards, sources, p, want)
+}
+
+// checkCounts checks that each shard read through the publisher's appends
+// to its source, counted want, and is PRIMARY.
+func (c *cluster) checkCounts(shards, sources []string, p *publisher, want []map[string]uint64) {
+	c.t.Helper()
 	for i, shard := range shards {
 		c.stat(shard, map[string]int64{sources[i]: p.ends[sources[i]]})
 		keys := make([]string, 0, len(want[i]))
@@ -70,11 +138,11 @@ func TestBrokersRollingRestartCountsOnce(t *testing.T) {
 		got := c.counts(shard, keys...)
 		for _, k := range keys {
 			if got[k] != want[i][k] {
-				t.Errorf("%s: count of %s = %d, want %d", shard, k, got[k], want[i][k])
+				c.t.Errorf("%s: count of %s = %d, want %d", shard, k, got[k], want[i][k])
 			}
 		}
 		if st := c.shardStatus(shard); st.GetCode() != protocol.ReplicaCode_PRIMARY {
-			t.Errorf("%s: status %v, want PRIMARY", shard, st)
+			c.t.Errorf("%s: status %v, want PRIMARY", shard, st)
 		}
 	}
 }
