@@ -112,15 +112,22 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 func resign(ctx context.Context, cfg MemberConfig, ann *Announcement) error {
 	cfg.Logger.Warn("resigning: revoking the member's lease, giving its items up", "member", ann.Key)
 	resignations.Inc()
+	if err := abandon(ctx, cfg, ann); err != nil {
+		return fmt.Errorf("%w, but revoking its lease failed (it expires after %s): %w", ErrResigned, cfg.LeaseTTL, err)
+	}
+	return ErrResigned
+}
+
+// abandon tells the member's owner that it gives up the items it holds
+// (GivingUp), and revokes its lease.
+func abandon(ctx context.Context, cfg MemberConfig, ann *Announcement) error {
 	if cfg.GivingUp != nil {
 		cfg.GivingUp()
 	}
 	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := cfg.Client.Revoke(revokeCtx, ann.Lease); err != nil {
-		return fmt.Errorf("%w, but revoking its lease failed (it expires after %s): %w", ErrResigned, cfg.LeaseTTL, err)
-	}
-	return ErrResigned
+	_, err := cfg.Client.Revoke(revokeCtx, ann.Lease)
+	return err
 }
 
 func (cfg *MemberConfig) defaults() {
@@ -230,12 +237,7 @@ func giveUp(ctx context.Context, cfg MemberConfig, ann *Announcement, done <-cha
 	cfg.Logger.Warn("drain timed out with items no other member took; giving them up, to fail over now",
 		"member", ann.Key, "items", held, "drainTimeout", cfg.DrainTimeout)
 	drainsGivenUp.Inc()
-	if cfg.GivingUp != nil {
-		cfg.GivingUp()
-	}
-	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := cfg.Client.Revoke(revokeCtx, ann.Lease); err != nil {
+	if err := abandon(ctx, cfg, ann); err != nil {
 		return fmt.Errorf("drain timed out, and revoking the member's lease failed: %w", err)
 	}
 	select {

@@ -9,62 +9,112 @@ import (
 	"github.com/quire-dev/quire/keyspace"
 )
 
-// A member that resigns gives its items up at once: Run revokes its lease
-// (long enough that expiry cannot be what removes it), so its member key
-// and assignments are gone when Run returns ErrResigned, and the items
-// move to the other member.
+// runMember runs a member of the fleet with Run, with cfg's zone, suffix,
+// spec and timeouts (its lease lasts a minute: long enough that expiry
+// cannot be what removes it), and an owner that marks its assignments
+// ready. It waits until the fleet converges with the member, and returns
+// Run's result.
+func (f *fleet) runMember(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) <-chan error {
+	f.t.Helper()
+	ks := keyspace.New(f.root, NewDecoder(f.root, Decoders{}))
+	if err := ks.Load(ctx, f.client, 0); err != nil {
+		f.t.Fatal(err)
+	}
+	f.goWatch(ctx, ks)
+	cfg.Config = Config{Client: f.client, KeySpace: ks, Ready: testReady, Logger: testLogger}
+	cfg.Root, cfg.LeaseTTL = f.root, time.Minute
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, drain, cfg) }()
+	f.wg.Add(1)
+	go func() { defer f.wg.Done(); f.own(ctx, ks, &process{zone: cfg.Zone, suffix: cfg.Suffix}) }()
+	f.awaitMember(cfg.Zone, cfg.Suffix)
+	return done
+}
+
+// awaitGone waits for Run's result, checks it with ok, and checks that the
+// member's key and assignments are gone from etcd; it returns the state
+// of etcd then.
+func (f *fleet) awaitGone(done <-chan error, zone, suffix string, ok func(error) bool) *State {
+	f.t.Helper()
+	select {
+	case err := <-done:
+		if !ok(err) {
+			f.t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		f.t.Fatal("Run did not return")
+	}
+	now := keyspace.New(f.root, NewDecoder(f.root, Decoders{})) // etcd as of Run's return.
+	if err := now.Load(context.Background(), f.client, 0); err != nil {
+		f.t.Fatal(err)
+	}
+	kvs, rev := now.Snapshot()
+	s := NewState(f.root, kvs, rev)
+	if s.MemberIndex(zone, suffix) >= 0 || len(s.MemberAssignments(zone, suffix)) != 0 {
+		f.t.Errorf("the member is still in etcd, with %d assignments", len(s.MemberAssignments(zone, suffix)))
+	}
+	f.lastRev = rev
+	return s
+}
+
+// A member that resigns gives its items up at once: Run revokes its
+// lease, so its member key and assignments are gone when Run returns
+// ErrResigned, and the items move to the other member.
 func TestResignGivesItemsUpAtOnce(t *testing.T) {
 	f := newFleet(t)
 	f.items(4, 1)
 	f.join("z1", "a", 4)
-
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ks := keyspace.New(f.root, NewDecoder(f.root, Decoders{}))
-	if err := ks.Load(ctx, f.client, 0); err != nil {
-		t.Fatal(err)
-	}
-	f.goWatch(ctx, ks)
 	resign := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, nil, MemberConfig{
-			Config: Config{Client: f.client, KeySpace: ks, Ready: testReady, Logger: testLogger},
-			Root:   f.root, Zone: "z2", Suffix: "r", Spec: MemberSpec{Limit: 4},
-			LeaseTTL: time.Minute, Resign: resign,
-		})
-	}()
-	f.wg.Add(1)
-	go func() { defer f.wg.Done(); f.own(ctx, ks, &process{zone: "z2", suffix: "r"}) }()
-	f.awaitMember("z2", "r")
+	gaveUp := false
+	done := f.runMember(ctx, nil, MemberConfig{Zone: "z2", Suffix: "r", Spec: MemberSpec{Limit: 4},
+		Resign: resign, GivingUp: func() { gaveUp = true }})
 	if got := loads(f.awaitConverged())["z2/r"]; got != 2 {
 		t.Fatalf("the member to resign holds %d items, want 2", got)
 	}
 
 	close(resign)
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrResigned) {
-			t.Fatalf("Run returned %v, want ErrResigned", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after resigning")
+	f.awaitGone(done, "z2", "r", func(err error) bool { return errors.Is(err, ErrResigned) })
+	if !gaveUp {
+		t.Error("GivingUp was not called")
 	}
-	now := keyspace.New(f.root, NewDecoder(f.root, Decoders{})) // etcd as of Run's return.
-	if err := now.Load(context.Background(), f.client, 0); err != nil {
-		t.Fatal(err)
-	}
-	kvs, rev := now.Snapshot()
-	s := NewState(f.root, kvs, rev)
-	if i := s.MemberIndex("z2", "r"); i >= 0 {
-		t.Errorf("the resigned member's key is still in etcd")
-	}
-	if as := s.MemberAssignments("z2", "r"); len(as) != 0 {
-		t.Errorf("the resigned member still holds %d assignments", len(as))
-	}
-	f.lastRev = rev
 	if got := loads(f.awaitConverged())["z1/a"]; got != 4 {
 		t.Errorf("the remaining member holds %d items, want 4", got)
+	}
+}
+
+// A drain whose items no other member can take (the other member holds
+// them all already) gives them up once its DrainTimeout passes: Run
+// returns nil, its member key and assignments are gone, and the items
+// keep their replica on the other member.
+func TestDrainTimeoutGivesUpWhatNobodyTakes(t *testing.T) {
+	f := newFleet(t)
+	f.items(3, 2)
+	f.join("z1", "a", 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	drain, drained := make(chan struct{}), make(chan struct{})
+	gaveUp := false
+	done := f.runMember(ctx, drain, MemberConfig{Zone: "z2", Suffix: "d", Spec: MemberSpec{Limit: 10},
+		DrainTimeout: time.Second, GivingUp: func() { gaveUp = true },
+		Drained: func(context.Context) error { close(drained); return nil }})
+	if got := loads(f.awaitConverged())["z2/d"]; got != 3 {
+		t.Fatalf("the member to drain holds %d items, want 3", got)
+	}
+
+	close(drain)
+	f.awaitGone(done, "z2", "d", func(err error) bool { return err == nil })
+	select {
+	case <-drained:
+	default:
+		t.Error("Drained was not called")
+	}
+	if !gaveUp {
+		t.Error("GivingUp was not called")
+	}
+	if got := loads(f.awaitConverged())["z1/a"]; got != 3 {
+		t.Errorf("the remaining member holds %d items, want 3", got)
 	}
 }
 
@@ -83,68 +133,5 @@ func (f *fleet) awaitMember(zone, suffix string) {
 		case <-ctx.Done():
 			f.t.Fatalf("member %s/%s never announced", zone, suffix)
 		}
-	}
-}
-
-// A drain whose items no other member can take (the other member holds
-// them all already) gives them up once its DrainTimeout passes: Run
-// returns nil, its member key and assignments are gone, and the items
-// keep their replica on the other member.
-func TestDrainTimeoutGivesUpWhatNobodyTakes(t *testing.T) {
-	f := newFleet(t)
-	f.items(3, 2)
-	f.join("z1", "a", 10)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ks := keyspace.New(f.root, NewDecoder(f.root, Decoders{}))
-	if err := ks.Load(ctx, f.client, 0); err != nil {
-		t.Fatal(err)
-	}
-	f.goWatch(ctx, ks)
-	drain := make(chan struct{})
-	done := make(chan error, 1)
-	drained := make(chan struct{})
-	go func() {
-		done <- Run(ctx, drain, MemberConfig{
-			Config: Config{Client: f.client, KeySpace: ks, Ready: testReady, Logger: testLogger},
-			Root:   f.root, Zone: "z2", Suffix: "d", Spec: MemberSpec{Limit: 10},
-			LeaseTTL: time.Minute, DrainTimeout: time.Second,
-			Drained: func(context.Context) error { close(drained); return nil },
-		})
-	}()
-	f.wg.Add(1)
-	go func() { defer f.wg.Done(); f.own(ctx, ks, &process{zone: "z2", suffix: "d"}) }()
-	f.awaitMember("z2", "d")
-	if got := loads(f.awaitConverged())["z2/d"]; got != 3 {
-		t.Fatalf("the member to drain holds %d items, want 3", got)
-	}
-
-	close(drain)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run returned %v, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the drain did not end after its timeout")
-	}
-	select {
-	case <-drained:
-	default:
-		t.Error("Drained was not called")
-	}
-	now := keyspace.New(f.root, NewDecoder(f.root, Decoders{}))
-	if err := now.Load(context.Background(), f.client, 0); err != nil {
-		t.Fatal(err)
-	}
-	kvs, rev := now.Snapshot()
-	s := NewState(f.root, kvs, rev)
-	if s.MemberIndex("z2", "d") >= 0 || len(s.MemberAssignments("z2", "d")) != 0 {
-		t.Errorf("the drained member is still in etcd, with %d assignments", len(s.MemberAssignments("z2", "d")))
-	}
-	f.lastRev = rev
-	if got := loads(f.awaitConverged())["z1/a"]; got != 3 {
-		t.Errorf("the remaining member holds %d items, want 3", got)
 	}
 }

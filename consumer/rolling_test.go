@@ -19,50 +19,14 @@ import (
 // exactly once.
 func TestBrokersRollingRestartCountsOnce(t *testing.T) {
 	c := newCluster(t, counter{})
-	c.fleet.Start("c1", "za")
-	c.fleet.Start("c2", "zb")
-	shards := []string{"counts/shard-0", "counts/shard-1"}
-	sources := []string{"counts/in-0", "counts/in-1"}
-	for i := range shards {
-		c.apply(c.shardSpec(shards[i], 1, sources[i]))
-	}
-	for _, shard := range shards {
-		c.awaitStatus(shard, protocol.ReplicaCode_PRIMARY)
-	}
-
-	p := c.publisher()
-	want := make([]map[string]uint64, len(shards))
-	stop, published := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for i := range want {
-			want[i] = map[string]uint64{}
-		}
-		for round := 0; ; round++ {
-			select {
-			case <-stop:
-				published <- nil
-				return
-			default:
-			}
-			i := round % len(shards)
-			if err := p.publishRound(sources[i], round, 10, want[i]); err != nil {
-				published <- err
-				return
-			}
-		}
-	}()
-
+	r := c.startRolling(map[string]string{"c1": "za", "c2": "zb"})
 	for _, name := range []string{"b1", "b2", "b3"} {
 		b := c.brokers.Brokers[name]
 		c.brokers.Drain(b)
 		c.brokers.Restart(b)
-		c.awaitReplicated(3, sources...)
+		c.awaitReplicated(3, r.sources...)
 	}
-	close(stop)
-	if err := <-published; err != nil {
-		t.Fatalf("a publish failed during the rolling restart: %v", err)
-	}
-	c.checkCounts(shards, sources, p, want)
+	r.check()
 }
 
 // The consumer processes are restarted one at a time, each drained (as
@@ -75,70 +39,88 @@ func TestProcessesRollingRestartCountsOnce(t *testing.T) {
 	c := newCluster(t, counter{})
 	c.fleet.Configure = func(cfg *consumer.Config) { cfg.DrainTimeout = 2 * time.Second }
 	zones := map[string]string{"c1": "za", "c2": "zb"}
-	for name, zone := range zones {
-		c.fleet.Start(name, zone)
-	}
-	shards := []string{"counts/shard-0", "counts/shard-1"}
-	sources := []string{"counts/in-0", "counts/in-1"}
-	for i := range shards {
-		c.apply(c.shardSpec(shards[i], 1, sources[i]))
-	}
-	for _, shard := range shards {
-		c.awaitStatus(shard, protocol.ReplicaCode_PRIMARY)
-	}
-
-	p := c.publisher()
-	want := make([]map[string]uint64, len(shards))
-	stop, published := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for i := range want {
-			want[i] = map[string]uint64{}
-		}
-		for round := 0; ; round++ {
-			select {
-			case <-stop:
-				published <- nil
-				return
-			default:
-			}
-			i := round % len(shards)
-			if err := p.publishRound(sources[i], round, 10, want[i]); err != nil {
-				published <- err
-				return
-			}
-		}
-	}()
-
+	r := c.startRolling(zones)
 	for _, name := range []string{"c1", "c2"} {
 		if err := c.fleet.Drain(c.fleet.Procs[name]); err != nil {
 			t.Fatalf("draining %s: %v", name, err)
 		}
 		restarted := c.fleet.Start(name, zones[name])
-		for _, shard := range shards {
+		for _, shard := range r.shards {
 			awaitReplica(t, c, restarted, shard, restarted, protocol.ReplicaCode_STANDBY)
 		}
 	}
-	close(stop)
-	if err := <-published; err != nil {
-		t.Fatalf("a publish failed during the rolling restart: %v", err)
-	}
-	c.checkCounts(shards, sources, p, want)
+	r.check()
 }
 
-// checkCounts checks that each shard read through the publisher's appends
-// to its source, counted want, and is PRIMARY.
-func (c *cluster) checkCounts(shards, sources []string, p *publisher, want []map[string]uint64) {
+// rolling is two counting shards, with a standby each, whose sources a
+// publisher writes to until check.
+type rolling struct {
+	c               *cluster
+	shards, sources []string
+	p               *publisher
+	want            []map[string]uint64 // per shard; the publisher's until it stops
+	stop            chan struct{}
+	published       chan error
+}
+
+// startRolling starts consumer processes (name to zone), the shards, and
+// the publisher.
+func (c *cluster) startRolling(procs map[string]string) *rolling {
 	c.t.Helper()
-	for i, shard := range shards {
-		c.stat(shard, map[string]int64{sources[i]: p.ends[sources[i]]})
-		keys := make([]string, 0, len(want[i]))
-		for k := range want[i] {
+	for name, zone := range procs {
+		c.fleet.Start(name, zone)
+	}
+	r := &rolling{c: c, shards: []string{"counts/shard-0", "counts/shard-1"}, sources: []string{"counts/in-0", "counts/in-1"},
+		stop: make(chan struct{}), published: make(chan error, 1)}
+	for i := range r.shards {
+		c.apply(c.shardSpec(r.shards[i], 1, r.sources[i]))
+		r.want = append(r.want, map[string]uint64{})
+	}
+	for _, shard := range r.shards {
+		c.awaitStatus(shard, protocol.ReplicaCode_PRIMARY)
+	}
+	r.p = c.publisher()
+	go r.publish()
+	return r
+}
+
+// publish publishes rounds of messages to the sources in turn until stop.
+func (r *rolling) publish() {
+	for round := 0; ; round++ {
+		select {
+		case <-r.stop:
+			r.published <- nil
+			return
+		default:
+		}
+		i := round % len(r.shards)
+		if err := r.p.publishRound(r.sources[i], round, 10, r.want[i]); err != nil {
+			r.published <- err
+			return
+		}
+	}
+}
+
+// check stops the publisher, and checks that no publish failed, and that
+// each shard read through the publisher's appends to its source, counted
+// each message once, and is PRIMARY.
+func (r *rolling) check() {
+	c := r.c
+	c.t.Helper()
+	close(r.stop)
+	if err := <-r.published; err != nil {
+		c.t.Fatalf("a publish failed during the rolling restart: %v", err)
+	}
+	for i, shard := range r.shards {
+		c.stat(shard, map[string]int64{r.sources[i]: r.p.ends[r.sources[i]]})
+		keys := make([]string, 0, len(r.want[i]))
+		for k := range r.want[i] {
 			keys = append(keys, k)
 		}
 		got := c.counts(shard, keys...)
 		for _, k := range keys {
-			if got[k] != want[i][k] {
-				c.t.Errorf("%s: count of %s = %d, want %d", shard, k, got[k], want[i][k])
+			if got[k] != r.want[i][k] {
+				c.t.Errorf("%s: count of %s = %d, want %d", shard, k, got[k], r.want[i][k])
 			}
 		}
 		if st := c.shardStatus(shard); st.GetCode() != protocol.ReplicaCode_PRIMARY {
