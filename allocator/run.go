@@ -40,12 +40,6 @@ type MemberConfig struct {
 	// second signal would cost. Drained is then called and Run returns nil,
 	// as after any drain. Zero waits as long as it takes.
 	DrainTimeout time.Duration
-	// GivingUp, if set, is called before the member's lease is revoked
-	// while it still holds items (Resign, or a drain past DrainTimeout):
-	// they move on without being handed over. A broker then keeps the
-	// spools of its replicated journals for its next start to check,
-	// rather than persist them.
-	GivingUp func()
 	// Resign, if set, is a channel whose close makes Run give the member's
 	// items up at once: it revokes the member's lease (its assignments go
 	// with it, as if it had died, but without waiting for the lease to
@@ -118,12 +112,8 @@ func resign(ctx context.Context, cfg MemberConfig, ann *Announcement) error {
 	return ErrResigned
 }
 
-// abandon tells the member's owner that it gives up the items it holds
-// (GivingUp), and revokes its lease.
+// abandon revokes the member's lease while it holds items.
 func abandon(ctx context.Context, cfg MemberConfig, ann *Announcement) error {
-	if cfg.GivingUp != nil {
-		cfg.GivingUp()
-	}
 	revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_, err := cfg.Client.Revoke(revokeCtx, ann.Lease)

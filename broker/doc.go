@@ -47,6 +47,11 @@
 // those of a peer that knows them, and a broker restarted on its disk
 // takes them from its recovered spool.
 //
+// A replica that leaves a route persists its spool only if the primary
+// serves no other content over its offsets: its spool may end in an
+// append that committed on it alone as it left. A broker that resigned,
+// isolated, keeps its spools for its next start to check.
+//
 // Once a pipeline is synchronized on a route, the primary writes that route
 // into each replica's assignment value: the allocator counts a replica as
 // ready only while its assignment holds the current route.

@@ -2,10 +2,12 @@ package broker
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
 	"github.com/quire-dev/quire/broker/spool"
+	"github.com/quire-dev/quire/fragment"
 )
 
 // A draining broker hands its journals to another, even journals nobody
@@ -33,12 +35,11 @@ func TestDrainMovesIdleJournal(t *testing.T) {
 }
 
 // A broker whose drain times out (no other broker can take its journals,
-// of replication 3 on three brokers) gives them up, and keeps the spools
-// of those replicated journals on its disk, as a crash would, rather than
-// persist them: its journals moved on without it, perhaps over offsets
-// where an append committed on it alone. Restarted, it checks them
-// against the journal's primary, and every broker reads the same journal.
-func TestDrainTimeoutKeepsSpools(t *testing.T) {
+// of replication 3 on three brokers) gives them up, and persists their
+// spools before it exits, once their primary serves the same content;
+// restarted, it serves the journal again, and every broker reads the
+// same journal.
+func TestDrainTimeoutPersistsSpools(t *testing.T) {
 	c := newCluster(t)
 	for _, name := range []string{"b1", "b2", "b3"} {
 		c.startWith(name, "", c.etcd, func(cfg *Config) { cfg.DrainTimeout = time.Second })
@@ -59,16 +60,19 @@ func TestDrainTimeoutKeepsSpools(t *testing.T) {
 		t.Fatal("the drain did not give up")
 	}
 	c.stop(b3)
-	recovered, err := spool.Recover(b3.dir)
+	if recovered, err := spool.Recover(b3.dir); err != nil || len(recovered) != 0 {
+		t.Fatalf("the broker that gave its journal up left spools %v, %v; want them persisted", recovered, err)
+	}
+	store, err := fragment.Open(context.Background(), c.store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept := false
-	for _, rec := range recovered {
-		kept = kept || rec.Journal == journal && rec.End > rec.Begin
-	}
-	if !kept {
-		t.Fatalf("the broker that gave its journal up kept no spool of it: %v", recovered)
+	stored := false
+	if err := store.List(context.Background(), journal, func(f fragment.Fragment) error {
+		stored = stored || f.Begin == 0 && f.End == 7
+		return nil
+	}); err != nil || !stored {
+		t.Fatalf("no fragment [0, 7) of %s in the store (%v)", journal, err)
 	}
 	c.appendRetry(c.brokers["b1"], journal, []byte("after\n"))
 	restarted := c.start("b3", b3.dir)

@@ -87,6 +87,7 @@ func (s *Server) watchPeers(ctx context.Context, resign chan<- struct{}) error {
 		err := fmt.Errorf("%w: reached etcd, but none of its %d peers for %s (--isolation-timeout %s)",
 			ErrIsolated, len(peers), alone.Round(time.Second), s.cfg.isolationTimeout())
 		s.log.Error("resigning, so that its journals move to brokers that reach each other", "err", err)
+		s.isolated.Store(true)
 		close(resign)
 		return err
 	}

@@ -87,6 +87,9 @@ func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_Re
 	if req.Proposal == nil {
 		return nil
 	}
+	if err := proposalHook(r, req); err != nil {
+		return err
+	}
 	registers, known := r.registers, r.registersKnown // Before the proposal sets them.
 	status, err := r.applyProposal(req)
 	if err != nil {
@@ -107,6 +110,10 @@ func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_Re
 	// common offset next.
 	return stream.Send(resp)
 }
+
+// proposalHook is called before a replica applies a proposal, and an
+// error fails the replica's stream; a variable for tests.
+var proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil }
 
 // applyProposal applies a proposal from the primary: commit the pending
 // content it describes, roll back to the committed content it describes,

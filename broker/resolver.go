@@ -1,9 +1,14 @@
 package broker
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/keyspace"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -77,7 +82,8 @@ func (rs *resolver) updateReplicas() {
 		if j, ok := rs.journals[id]; !ok || indexOf(j.route, rs.srv.id) < 0 {
 			delete(rs.replicas, id)
 			rs.srv.wg.Add(1)
-			go r.end()
+			rs.srv.ending.Add(1)
+			go r.end(j.route) // Nil if the journal was deleted.
 		}
 	}
 }
@@ -115,14 +121,20 @@ func (rs *resolver) snapshot() (*allocator.State, map[string]resolved) {
 }
 
 // end retires a replica no longer assigned here: it stops serving, and its
-// spool, if it holds content, is persisted. Except after the broker gave
-// its journals up (it resigned, or its drain timed out): its journals
-// moved on without it, perhaps over offsets at the end of its spool where
-// an append committed here only as its route changed. At replication 2 or
-// more, the spool then stays on disk, as after a crash, for the broker's
-// next start to check against the journal's primary (see recoverSpools).
-func (r *replica) end() {
+// spool, if it holds content, is persisted. route is the journal's route
+// without this broker (nil if the journal was deleted).
+//
+// At replication 2 or more, the spool may end in an append that committed
+// here only, as the route changed without this broker: the others never
+// got it, and write the next append over its offsets. So the spool is
+// persisted only if the journal's primary serves no other content over
+// its offsets (see diverged); otherwise it is quarantined (the others hold
+// every acknowledged byte). After the broker resigned, cut off from its
+// peers, the spool stays on disk instead, as after a crash, for its next
+// start to check (see recoverSpools).
+func (r *replica) end(route *protocol.Route) {
 	defer r.srv.wg.Done()
+	defer r.srv.ending.Done()
 	r.cancel()
 	<-r.token // Wait for the append or pipeline stream in progress to stop.
 	r.dropPipeline()
@@ -137,9 +149,35 @@ func (r *replica) end() {
 		s.Remove()
 		return
 	}
-	if r.srv.gaveUp.Load() && spec.GetReplication() >= 2 {
-		s.Close()
-		return
+	if spec.GetReplication() >= 2 && len(route.GetMembers()) != 0 {
+		if r.srv.isolated.Load() {
+			s.Close() // It cannot reach the primary to check.
+			return
+		}
+		if why := r.diverged(route, s); why != "" {
+			r.srv.quarantineSpool(s, why)
+			return
+		}
 	}
 	r.handOff(spec, s)
+}
+
+// diverged tells why the spool of a replica that left route must not be
+// persisted: the route's primary serves other bytes over its offsets, or
+// ends before it (the next append will write there). It is empty when
+// the primary serves the same bytes, or none (it expects them from this
+// replica, or it is new to the journal and this spool may hold
+// acknowledged content it lacks): the spool is persisted then.
+func (r *replica) diverged(route *protocol.Route, s *spool.Spool) string {
+	ctx, cancel := context.WithTimeout(r.srv.ctx, 10*time.Second) // r.ctx is done.
+	defer cancel()
+	head, err := r.srv.compareWithPrimary(ctx, route, r.journal, s.Begin, s.End(), s.Reader())
+	switch {
+	case errors.Is(err, errDiffers):
+		return fmt.Sprintf("the journal's primary %s serves other content: %v", route.Endpoints[0], err)
+	case err == nil && head >= 0:
+		return fmt.Sprintf("the journal's primary %s ends at offset %d, before the spool's end %d: the rest committed here only",
+			route.Endpoints[0], head, s.End())
+	}
+	return ""
 }

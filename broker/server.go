@@ -83,9 +83,12 @@ type Server struct {
 
 	localMu sync.Mutex
 	locals  map[string][]entry // recovered spools awaiting persistence
-	// gaveUp is set once the broker gives its journals up without handing
-	// them over: see replica.end.
-	gaveUp atomic.Bool
+	// isolated is set once the broker resigns, cut off from its peers: see
+	// replica.end.
+	isolated atomic.Bool
+	// ending counts replicas being retired (replica.end), which a drain
+	// waits for before it waits for their spools to persist.
+	ending sync.WaitGroup
 	// recovered is, per journal, its latest spool recovered from disk:
 	// its replica starts with its registers, even once it is persisted.
 	recovered map[string]*spool.Recovered
@@ -193,11 +196,11 @@ func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
 		},
 		Drained: func(ctx context.Context) error {
 			s.log.Info("drained; persisting spools")
+			s.ending.Wait() // A drain that timed out has replicas still retiring.
 			return s.persister.wait(ctx)
 		},
 		DrainTimeout: s.cfg.DrainTimeout,
 		Resign:       resign,
-		GivingUp:     func() { s.gaveUp.Store(true) },
 	})
 	if errors.Is(err, allocator.ErrResigned) {
 		cancel()
@@ -263,58 +266,86 @@ func (s *Server) divergence(ctx context.Context, state *allocator.State, spec *p
 	if len(route.Members) == 0 || indexOf(route, s.id) == 0 {
 		return "" // This broker is still the primary: its content stands.
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// The primary waits for content it expects from a peer (this broker,
+	// perhaps): its silence means it lacks the spool's content, which is
+	// then adopted, as is content it judges gone.
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := s.samePrimaryContent(ctx, route, rec); err != nil {
-		return fmt.Sprintf("the journal's primary %s does not serve the same content: %v", route.Endpoints[0], err)
+	err := s.samePrimaryContent(ctx, route, rec)
+	switch {
+	case err == nil, errors.Is(err, errGap), ctx.Err() != nil && !errors.Is(err, errDiffers):
+		return ""
 	}
-	return ""
+	return fmt.Sprintf("the journal's primary %s does not serve the same content: %v", route.Endpoints[0], err)
 }
 
 // samePrimaryContent compares a recovered spool with the content of its
 // offsets that the route's primary serves.
 func (s *Server) samePrimaryContent(ctx context.Context, route *protocol.Route, rec *spool.Recovered) error {
-	conn, err := s.conns.Get(route.Endpoints[0])
-	if err != nil {
-		return err
-	}
-	stream, err := protocol.NewJournalClient(conn).Read(ctx, &protocol.ReadRequest{Header: s.header(route),
-		Journal: rec.Journal, Offset: rec.Begin, EndOffset: rec.End, DoNotProxy: true})
-	if err != nil {
-		return err
-	}
 	local, err := rec.Reader()
 	if err != nil {
 		return err
 	}
 	defer local.Close()
-	next, buf := rec.Begin, make([]byte, readChunk)
-	for next < rec.End {
+	head, err := s.compareWithPrimary(ctx, route, rec.Journal, rec.Begin, rec.End, local)
+	if err == nil && head >= 0 {
+		return fmt.Errorf("it ends at offset %d", head)
+	}
+	return err
+}
+
+// Errors of compareWithPrimary: the primary serves other bytes, or none
+// (it judges them gone).
+var (
+	errDiffers = errors.New("different bytes")
+	errGap     = errors.New("no content")
+)
+
+// compareWithPrimary compares local, the content of a spool of journal at
+// [begin, end), with what the route's primary serves over those offsets.
+// It returns -1 and nil if the primary serves the same bytes; the
+// primary's write head and nil if it serves the same bytes up to its
+// write head, before end; an error wrapping errDiffers if it serves other
+// bytes; and another error if it serves none (a gap), or cannot be asked.
+func (s *Server) compareWithPrimary(ctx context.Context, route *protocol.Route, journal string, begin, end int64, local io.Reader) (int64, error) {
+	conn, err := s.conns.Get(route.Endpoints[0])
+	if err != nil {
+		return -1, err
+	}
+	stream, err := protocol.NewJournalClient(conn).Read(ctx, &protocol.ReadRequest{Header: s.header(route),
+		Journal: journal, Offset: begin, EndOffset: end, DoNotProxy: true})
+	if err != nil {
+		return -1, err
+	}
+	next, buf := begin, make([]byte, readChunk)
+	for next < end {
 		resp, err := stream.Recv()
 		if err != nil {
-			return fmt.Errorf("reading [%d, %d): %w", next, rec.End, err)
+			return -1, fmt.Errorf("reading [%d, %d): %w", next, end, err)
 		}
 		switch {
+		case resp.Status == protocol.Status_OFFSET_NOT_YET_AVAILABLE:
+			return next, nil
 		case resp.Status != protocol.Status_OK:
-			return fmt.Errorf("reading [%d, %d): %s", next, rec.End, resp.Status)
+			return -1, fmt.Errorf("reading [%d, %d): %s", next, end, resp.Status)
 		case len(resp.Content) == 0:
 			if resp.Offset > next {
-				return fmt.Errorf("it has no content at [%d, %d)", next, resp.Offset)
+				return -1, fmt.Errorf("it has %w at [%d, %d)", errGap, next, resp.Offset)
 			}
 			continue
 		case resp.Offset != next:
-			return fmt.Errorf("content at %d, want %d", resp.Offset, next)
+			return -1, fmt.Errorf("content at %d, want %d", resp.Offset, next)
 		}
 		mine := buf[:len(resp.Content)]
 		if _, err := io.ReadFull(local, mine); err != nil {
-			return fmt.Errorf("reading the recovered spool at %d: %w", next, err)
+			return -1, fmt.Errorf("reading the local spool at %d: %w", next, err)
 		}
 		if !bytes.Equal(mine, resp.Content) {
-			return fmt.Errorf("different bytes in [%d, %d)", next, next+int64(len(mine)))
+			return -1, fmt.Errorf("%w in [%d, %d)", errDiffers, next, next+int64(len(mine)))
 		}
 		next += int64(len(mine))
 	}
-	return nil
+	return -1, nil
 }
 
 // conflict finds a stored fragment that overlaps f with other content:
@@ -353,6 +384,17 @@ func (s *Server) quarantine(rec *spool.Recovered, why string) {
 		"kept out of the journal",
 		"journal", rec.Journal, "begin", rec.Begin, "end", rec.End, "conflict", why,
 		"quarantine", dir, "moveErr", err)
+	spoolsQuarantined.Inc()
+}
+
+// quarantineSpool keeps the spool of a replica that left its journal's
+// route out of the journal, as quarantine does for a recovered one.
+func (s *Server) quarantineSpool(sp *spool.Spool, why string) {
+	dir := filepath.Join(s.cfg.Dir, "#quarantine")
+	err := sp.MoveTo(dir)
+	s.log.Error("spool of a replica that left the journal's route ends in content the journal does not hold; "+
+		"kept out of the journal (its other replicas hold every acknowledged byte)",
+		"journal", sp.Journal, "begin", sp.Begin, "end", sp.End(), "conflict", why, "quarantine", dir, "moveErr", err)
 	spoolsQuarantined.Inc()
 }
 

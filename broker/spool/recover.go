@@ -61,8 +61,8 @@ func Recover(root string) ([]*Recovered, error) {
 	var out []*Recovered
 	for _, d := range dirs {
 		journal, err := url.PathUnescape(d.Name())
-		if !d.IsDir() || err != nil {
-			continue
+		if !d.IsDir() || err != nil || url.PathEscape(journal) != d.Name() {
+			continue // Not a journal's spools: a broker's quarantine, say.
 		}
 		rs, err := recoverJournal(root, journal)
 		if err != nil {

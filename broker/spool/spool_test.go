@@ -315,3 +315,36 @@ func TestSyncerGroupsCallers(t *testing.T) {
 // waitBriefly yields while polling a condition another goroutine will make
 // true; it is not used to order events.
 func waitBriefly() { runtime.Gosched() }
+
+// Spools moved aside (a broker's quarantine, "#quarantine" in its spool
+// directory) are not recovered, and do not stop the recovery of the
+// others; a live spool moved aside keeps its content.
+func TestRecoverSkipsSpoolsMovedAside(t *testing.T) {
+	root := t.TempDir()
+	for _, journal := range []string{"logs/kept", "logs/moved"} {
+		s, err := Create(root, journal, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, s, journal)
+		mustCommit(t, s, "")
+		if journal == "logs/moved" {
+			if err := s.MoveTo(root + "/#quarantine"); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recovered, err := Recover(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recovered) != 1 || recovered[0].Journal != "logs/kept" || readAll(t, recovered[0]) != "logs/kept" {
+		t.Fatalf("recovered %v, want logs/kept alone", recovered)
+	}
+	moved, err := Recover(root + "/#quarantine")
+	if err != nil || len(moved) != 1 || readAll(t, moved[0]) != "logs/moved" {
+		t.Fatalf("the spool moved aside: %v, %v", moved, err)
+	}
+}

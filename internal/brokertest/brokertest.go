@@ -127,7 +127,13 @@ func (c *Cluster) run(name, dir, addr string) *Broker {
 	go b.srv.Serve(lis)
 	var ctx context.Context
 	ctx, b.cancel = context.WithCancel(context.Background())
-	go func() { b.done <- srv.Run(ctx, b.drain) }()
+	go func() {
+		err := srv.Run(ctx, b.drain)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, allocator.ErrMemberGone) { // Stop revokes, then cancels.
+			quiet.Error("broker stopped", "broker", name, "err", err)
+		}
+		b.done <- err
+	}()
 	c.Brokers[name] = b
 	return b
 }

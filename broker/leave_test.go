@@ -1,0 +1,128 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// A replica that leaves a journal's route just as an append commits on
+// it, but not on the others, holds bytes the journal does not: the
+// others write the next append over those offsets. Its spool is kept out
+// of the store (quarantined), rather than persisted as a fragment that
+// contradicts the journal.
+func TestLeavingReplicaKeepsItsLoneCommitOutOfTheStore(t *testing.T) {
+	const journal = "log/left"
+	c := newCluster(t)
+	for _, name := range []string{"b1", "b2", "b3"} {
+		c.start(name, "")
+	}
+	c.journal(c.brokers["b1"], journal, 3)
+	route := c.awaitRoute(c.brokers["b1"], journal, 3)
+	primary, held, leaving := c.brokers[route.Members[0].Suffix], c.brokers[route.Members[1].Suffix], c.brokers[route.Members[2].Suffix]
+	c.appendRetry(primary, journal, []byte("a\n"))
+
+	// The next commit does not reach held until the leaving replica is off
+	// the route; the leaving replica commits it.
+	release, blocked := make(chan struct{}), make(chan struct{})
+	var once, hooked sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
+		if r.srv != held.srv || r.journal != journal || req.Proposal.GetEnd() != 7 {
+			return nil
+		}
+		var err error
+		hooked.Do(func() {
+			close(blocked)
+			<-release
+			err = errors.New("test: this commit does not reach this replica")
+		})
+		return err
+	}
+	t.Cleanup(func() { proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	failed := make(chan error, 1)
+	go func() {
+		resp, err := appendOnce(ctx, primary, &protocol.AppendRequest{Journal: journal}, []byte("lone\n"))
+		if err == nil && resp.Status == protocol.Status_OK {
+			err = errors.New("the append committed")
+		}
+		failed <- err
+	}()
+	<-blocked
+	// A read at the leaving replica's head returns once it commits.
+	if got, err := readRange(ctx, leaving, journal, 2, 7); err != nil || string(got) != "lone\n" {
+		t.Fatalf("the leaving replica serves %q, %v; want its commit", got, err)
+	}
+
+	// It leaves: the journal's replication drops to 2, and its assignment
+	// goes, in one transaction (so the allocator does not assign it again).
+	spec := &protocol.JournalSpec{Name: journal, Replication: 2, Fragment: &protocol.JournalSpec_Fragment{Length: 1 << 20}}
+	raw, err := protocol.MarshalSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assignments, err := c.etcd.Get(ctx, c.root+allocator.AssignmentsPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(allocator.ItemKey(c.root, journal), string(raw))}
+	for _, kv := range assignments.Kvs {
+		if k := string(kv.Key); strings.Contains(k, journal) && strings.Contains(k, "#"+leaving.name) {
+			ops = append(ops, clientv3.OpDelete(k))
+		}
+	}
+	if len(ops) != 2 {
+		t.Fatalf("found %d assignments of the leaving replica, want 1", len(ops)-1)
+	}
+	if _, err := c.etcd.Txn(ctx).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	once.Do(func() { close(release) })
+	if err := <-failed; err == nil {
+		t.Fatal("the append succeeded, though a replica failed it")
+	}
+	c.appendRetry(primary, journal, []byte("other content\n"))
+
+	quarantined := filepath.Join(leaving.dir, "#quarantine")
+	for {
+		if _, err := os.Stat(quarantined); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the leaving replica's spool was not quarantined")
+		}
+		time.Sleep(10 * time.Millisecond) // Until the leaving replica ends.
+	}
+	store, err := fragment.Open(ctx, c.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = store.List(ctx, journal, func(f fragment.Fragment) error {
+		if f.End == 7 {
+			t.Errorf("the store holds the leaving replica's fragment %s", f.Name())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "a\nother content\n"
+	for _, b := range []*testBroker{primary, held} {
+		if got := string(c.readAll(b, journal)); got != want {
+			t.Errorf("%s reads %q, want %q", b.name, got, want)
+		}
+	}
+}
