@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -162,6 +163,9 @@ func (r *replica) end(route *protocol.Route) {
 	r.handOff(spec, s)
 }
 
+// divergedWindow bounds the end of a spool that diverged compares.
+const divergedWindow = 1 << 20
+
 // diverged tells why the spool of a replica that left route must not be
 // persisted: the route's primary serves other bytes over its offsets, or
 // ends before it (the next append will write there). It is empty when
@@ -171,7 +175,9 @@ func (r *replica) end(route *protocol.Route) {
 func (r *replica) diverged(route *protocol.Route, s *spool.Spool) string {
 	ctx, cancel := context.WithTimeout(r.srv.ctx, 10*time.Second) // r.ctx is done.
 	defer cancel()
-	head, err := r.srv.compareWithPrimary(ctx, route, r.journal, s.Begin, s.End(), s.Reader())
+	// Its end is enough: content the others wrote over, or lack, ends it.
+	from := max(s.Begin, s.End()-divergedWindow)
+	head, err := r.srv.compareWithPrimary(ctx, route, r.journal, from, s.End(), io.NewSectionReader(s, from, s.End()-from))
 	switch {
 	case errors.Is(err, errDiffers):
 		return fmt.Sprintf("the journal's primary %s serves other content: %v", route.Endpoints[0], err)
