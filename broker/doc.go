@@ -18,7 +18,10 @@
 // the primary proposes its spool; a replica holding a different one answers
 // with it, and the primary rolls every replica to a new, empty spool at the
 // greatest end offset any of them (or the fragment stores) knows, so no
-// offset is ever written twice.
+// offset is ever written twice. Content past the primary's end that a
+// peer committed alone (an append that failed elsewhere) the primary
+// first copies from that peer (catchUp), so it does not rest on one
+// replica.
 //
 // An append streams its content down the pipeline as pending content,
 // then proposes a commit: the spool's new end and SHA-256, and the

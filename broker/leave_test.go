@@ -126,3 +126,57 @@ func TestLeavingReplicaKeepsItsLoneCommitOutOfTheStore(t *testing.T) {
 		}
 	}
 }
+
+// An append that committed on one replica only (another failed it) is
+// rolled past by the next pipeline; the primary copies it from that
+// replica as it synchronizes, so it is not lost with that replica, and
+// readers of the primary get it at once, without waiting for the store
+// (held back here: nothing is persisted).
+func TestPrimaryCopiesACommitOnlyAPeerHolds(t *testing.T) {
+	const journal = "log/copied"
+	release := make(chan struct{})
+	persistHook = func(f fragment.Fragment) {
+		if f.Journal == journal {
+			<-release
+		}
+	}
+	t.Cleanup(func() { persistHook = func(fragment.Fragment) {} })
+	c := newCluster(t)
+	t.Cleanup(func() { close(release) }) // Before the brokers stop.
+	for _, name := range []string{"b1", "b2", "b3"} {
+		c.start(name, "")
+	}
+	c.journal(c.brokers["b1"], journal, 3)
+	route := c.awaitRoute(c.brokers["b1"], journal, 3)
+	primary, holder, failing := c.brokers[route.Members[0].Suffix], c.brokers[route.Members[1].Suffix], c.brokers[route.Members[2].Suffix]
+	c.appendRetry(primary, journal, []byte("a\n"))
+
+	var hooked sync.Once
+	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
+		var err error
+		if r.srv == failing.srv && r.journal == journal && req.Proposal.GetEnd() == 7 {
+			hooked.Do(func() { err = errors.New("test: this commit does not reach this replica") })
+		}
+		return err
+	}
+	t.Cleanup(func() { proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if resp, err := appendOnce(ctx, primary, &protocol.AppendRequest{Journal: journal}, []byte("lone\n")); err == nil && resp.Status == protocol.Status_OK {
+		t.Fatal("the append committed, though a replica failed it")
+	}
+	if got, err := readRange(ctx, holder, journal, 2, 7); err != nil || string(got) != "lone\n" {
+		t.Fatalf("the holder serves %q, %v; want the commit only it holds", got, err)
+	}
+	c.appendRetry(primary, journal, []byte("next\n")) // A new pipeline: the primary copies the holder's commit.
+
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	got, err := readRange(short, primary, journal, 0, 12)
+	if err != nil || string(got) != "a\nlone\nnext\n" {
+		t.Fatalf("the primary serves %q, %v; want the commit it copied from the holder", got, err)
+	}
+	if got := string(c.readAll(failing, journal)); got != "a\nlone\nnext\n" {
+		t.Errorf("%s reads %q", failing.name, got)
+	}
+}

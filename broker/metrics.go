@@ -18,6 +18,9 @@ var (
 	readErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_read_errors_total", Help: "Reads that failed at this broker (answered Unavailable, for the reader to retry).",
 	})
+	caughtUp = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_caught_up_bytes_total", Help: "Bytes a primary copied from a peer as it synchronized a pipeline: appends that had committed on some replicas only.",
+	})
 	readsRedirected = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_reads_redirected_total", Help: "Reads that a replica other than the primary could not serve (content it lacks), sent to the primary with NOT_PRIMARY.",
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -139,12 +140,14 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 	if err != nil {
 		return err
 	}
-	at := max(s.End(), r.index.end())
+	at, holder := max(s.End(), r.index.end()), -1
 	for i, resp := range resps {
 		switch resp.Status {
 		case protocol.Status_OK:
 		case protocol.Status_PROPOSAL_MISMATCH:
-			at = max(at, resp.Fragment.GetEnd())
+			if end := resp.Fragment.GetEnd(); end > at {
+				at, holder = end, i
+			}
 		case protocol.Status_WRONG_ROUTE:
 			// The peer may know a newer route; catch up before retrying.
 			r.srv.awaitRevision(ctx, resp.Header.GetRevision())
@@ -154,6 +157,9 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 		}
 	}
 	adopted := r.adoptRegisters(resps)
+	if holder >= 0 {
+		r.catchUp(ctx, p.route.Endpoints[holder+1], s, at)
+	}
 	if at == s.End() && !mismatched(resps) {
 		if !adopted {
 			return nil
@@ -202,6 +208,42 @@ func (r *replica) adoptRegisters(resps []*protocol.ReplicateResponse) bool {
 		return true
 	}
 	return false // No peer knows them either: its own stand (recovered from its disk, or none for a new journal).
+}
+
+// maxCatchUp bounds the content a primary copies from a peer as it
+// synchronizes (see catchUp).
+const maxCatchUp = 4 << 20
+
+// catchUp copies into the primary's spool the content [s.End(), at) that
+// the peer at endpoint committed and the primary lacks: an append that
+// committed on some replicas only, as the route changed. The journal
+// rolls past it on every replica, and the others rely on a replica that
+// holds it to persist it: with this copy, the primary holds it too, and
+// persists it as it rolls, so losing that peer loses nothing. Past
+// maxCatchUp (a new primary far behind), or if the peer fails to serve
+// it, the primary goes without and waits for it in the store (expect).
+// The caller holds the token.
+func (r *replica) catchUp(ctx context.Context, endpoint string, s *spool.Spool, at int64) {
+	if at-s.End() > maxCatchUp || at <= s.End() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	content, err := r.srv.readFrom(ctx, endpoint, r.journal, s.End(), at)
+	if err == nil {
+		_, err = s.Write(content)
+	}
+	if err == nil {
+		err = s.Commit(r.registers.String())
+	}
+	if err != nil {
+		s.Rollback()
+		r.srv.log.Warn("copying content only a peer holds failed; the journal waits for it in the store",
+			"journal", r.journal, "peer", endpoint, "begin", s.End(), "end", at, "err", err)
+		return
+	}
+	r.committed()
+	caughtUp.Add(float64(len(content)))
 }
 
 func mismatched(resps []*protocol.ReplicateResponse) bool {

@@ -294,6 +294,37 @@ func (s *Server) samePrimaryContent(ctx context.Context, route *protocol.Route, 
 	return err
 }
 
+// readFrom reads [begin, end) of journal from the broker at endpoint,
+// from what it holds itself.
+func (s *Server) readFrom(ctx context.Context, endpoint, journal string, begin, end int64) ([]byte, error) {
+	conn, err := s.conns.Get(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := protocol.NewJournalClient(conn).Read(ctx, &protocol.ReadRequest{Header: s.header(nil),
+		Journal: journal, Offset: begin, EndOffset: end, DoNotProxy: true})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, end-begin)
+	for next := begin; next < end; {
+		resp, err := stream.Recv()
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("reading [%d, %d) from %s: %w", next, end, endpoint, err)
+		case resp.Status != protocol.Status_OK:
+			return nil, fmt.Errorf("reading [%d, %d) from %s: %s", next, end, endpoint, resp.Status)
+		case len(resp.Content) == 0 && resp.Offset == next:
+			continue
+		case resp.Offset != next:
+			return nil, fmt.Errorf("reading [%d, %d) from %s: content at %d", next, end, endpoint, resp.Offset)
+		}
+		out = append(out, resp.Content...)
+		next += int64(len(resp.Content))
+	}
+	return out[:end-begin], nil
+}
+
 // Errors of compareWithPrimary: the primary serves other bytes, or none
 // (it judges them gone).
 var (
