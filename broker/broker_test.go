@@ -695,15 +695,7 @@ func TestRecoveredSpoolDivergingFromPrimaryIsQuarantined(t *testing.T) {
 // reading from a replica of its zone gets the whole journal.
 func TestReplicaRedirectsReadsOfContentItLacks(t *testing.T) {
 	const journal = "log/redirected"
-	release := make(chan struct{})
-	persistHook = func(f fragment.Fragment) {
-		if f.Journal == journal {
-			<-release // Hold the content in the spools: no replica finds it in the store.
-		}
-	}
-	t.Cleanup(func() { persistHook = func(fragment.Fragment) {} })
-	c := newCluster(t)
-	t.Cleanup(func() { close(release) }) // Before the brokers stop.
+	c := holdPersistence(t, journal) // No replica finds the content in the store.
 	for _, name := range []string{"b1", "b2", "b3"} {
 		c.start(name, "")
 	}

@@ -25,13 +25,7 @@ import (
 func TestLeavingReplicaKeepsItsLoneCommitOutOfTheStore(t *testing.T) {
 	const journal = "log/left"
 	c := newCluster(t)
-	for _, name := range []string{"b1", "b2", "b3"} {
-		c.start(name, "")
-	}
-	c.journal(c.brokers["b1"], journal, 3)
-	route := c.awaitRoute(c.brokers["b1"], journal, 3)
-	primary, held, leaving := c.brokers[route.Members[0].Suffix], c.brokers[route.Members[1].Suffix], c.brokers[route.Members[2].Suffix]
-	c.appendRetry(primary, journal, []byte("a\n"))
+	primary, held, leaving := c.threeReplicas(journal)
 
 	// The next commit does not reach held until the leaving replica is off
 	// the route; the leaving replica commits it.
@@ -134,22 +128,8 @@ func TestLeavingReplicaKeepsItsLoneCommitOutOfTheStore(t *testing.T) {
 // (held back here: nothing is persisted).
 func TestPrimaryCopiesACommitOnlyAPeerHolds(t *testing.T) {
 	const journal = "log/copied"
-	release := make(chan struct{})
-	persistHook = func(f fragment.Fragment) {
-		if f.Journal == journal {
-			<-release
-		}
-	}
-	t.Cleanup(func() { persistHook = func(fragment.Fragment) {} })
-	c := newCluster(t)
-	t.Cleanup(func() { close(release) }) // Before the brokers stop.
-	for _, name := range []string{"b1", "b2", "b3"} {
-		c.start(name, "")
-	}
-	c.journal(c.brokers["b1"], journal, 3)
-	route := c.awaitRoute(c.brokers["b1"], journal, 3)
-	primary, holder, failing := c.brokers[route.Members[0].Suffix], c.brokers[route.Members[1].Suffix], c.brokers[route.Members[2].Suffix]
-	c.appendRetry(primary, journal, []byte("a\n"))
+	c := holdPersistence(t, journal)
+	primary, holder, failing := c.threeReplicas(journal)
 
 	var hooked sync.Once
 	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
@@ -179,4 +159,34 @@ func TestPrimaryCopiesACommitOnlyAPeerHolds(t *testing.T) {
 	if got := string(c.readAll(failing, journal)); got != "a\nlone\nnext\n" {
 		t.Errorf("%s reads %q", failing.name, got)
 	}
+}
+
+// threeReplicas starts three brokers and journal, of replication 3, with
+// "a\n" appended, and returns its primary and other replicas in route
+// order.
+func (c *cluster) threeReplicas(journal string) (primary, second, third *testBroker) {
+	c.t.Helper()
+	for _, name := range []string{"b1", "b2", "b3"} {
+		c.start(name, "")
+	}
+	c.journal(c.brokers["b1"], journal, 3)
+	route := c.awaitRoute(c.brokers["b1"], journal, 3)
+	primary, second, third = c.brokers[route.Members[0].Suffix], c.brokers[route.Members[1].Suffix], c.brokers[route.Members[2].Suffix]
+	c.appendRetry(primary, journal, []byte("a\n"))
+	return primary, second, third
+}
+
+// holdPersistence returns a new cluster whose brokers persist no fragment
+// of journal until the test ends (then, before the brokers stop).
+func holdPersistence(t *testing.T, journal string) *cluster {
+	release := make(chan struct{})
+	persistHook = func(f fragment.Fragment) {
+		if f.Journal == journal {
+			<-release
+		}
+	}
+	t.Cleanup(func() { persistHook = func(fragment.Fragment) {} })
+	c := newCluster(t)
+	t.Cleanup(func() { close(release) }) // Before the brokers stop.
+	return c
 }
