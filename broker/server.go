@@ -236,11 +236,11 @@ func (s *Server) recoverSpools(ctx context.Context) error {
 		f := fragment.Fragment{Journal: rec.Journal, Begin: rec.Begin, End: rec.End, Sum: rec.Sum,
 			Codec: codecOf(spec), Store: s.storesOf(spec)[0]}
 		if other, ok := s.conflict(ctx, spec, f); ok {
-			s.quarantine(rec, other.Name())
+			s.quarantine(rec, spec, other.Name())
 			continue
 		}
 		if why := s.divergence(ctx, state, spec, rec); why != "" {
-			s.quarantine(rec, why)
+			s.quarantine(rec, spec, why)
 			continue
 		}
 		s.adopt(rec, f)
@@ -408,11 +408,19 @@ func (s *Server) conflict(ctx context.Context, spec *protocol.JournalSpec, f fra
 
 // quarantine keeps a conflicting recovered spool out of the journal, on
 // disk for an operator, and says so loudly; why names the conflict.
-func (s *Server) quarantine(rec *spool.Recovered, why string) {
+//
+// At replication 2 or more this is expected after an append that failed
+// (it committed here, as this broker went down, and not elsewhere): the
+// other replicas hold every acknowledged byte, and it is a warning. At
+// replication 1 the spool may hold acknowledged bytes: an error.
+func (s *Server) quarantine(rec *spool.Recovered, spec *protocol.JournalSpec, why string) {
 	dir := filepath.Join(s.cfg.Dir, "#quarantine") // "#" never appears in a journal name.
 	err := rec.MoveTo(dir)
-	s.log.Error("recovered spool conflicts with content another broker wrote at the same offsets; "+
-		"kept out of the journal",
+	level, msg := slog.LevelError, "recovered spool conflicts with content another broker wrote at the same offsets; kept out of the journal"
+	if spec.GetReplication() >= 2 {
+		level, msg = slog.LevelWarn, "recovered spool ends in content the journal does not hold (an append that failed); kept out of the journal, whose other replicas hold every acknowledged byte"
+	}
+	s.log.Log(context.Background(), level, msg,
 		"journal", rec.Journal, "begin", rec.Begin, "end", rec.End, "conflict", why,
 		"quarantine", dir, "moveErr", err)
 	spoolsQuarantined.Inc()
@@ -423,8 +431,8 @@ func (s *Server) quarantine(rec *spool.Recovered, why string) {
 func (s *Server) quarantineSpool(sp *spool.Spool, why string) {
 	dir := filepath.Join(s.cfg.Dir, "#quarantine")
 	err := sp.MoveTo(dir)
-	s.log.Error("spool of a replica that left the journal's route ends in content the journal does not hold; "+
-		"kept out of the journal (its other replicas hold every acknowledged byte)",
+	s.log.Warn("spool of a replica that left the journal's route ends in content the journal does not hold "+
+		"(an append that failed); kept out of the journal, whose other replicas hold every acknowledged byte",
 		"journal", sp.Journal, "begin", sp.Begin, "end", sp.End(), "conflict", why, "quarantine", dir, "moveErr", err)
 	spoolsQuarantined.Inc()
 }
