@@ -135,10 +135,10 @@ func wait(ctx context.Context, changed <-chan struct{}, d time.Duration) error {
 
 // peers are the endpoints of the other brokers of state.
 func (s *Server) peers(state *allocator.State) []string {
-	var out []string
 	if state == nil {
 		return nil
 	}
+	var out []string
 	for _, m := range state.Members {
 		if m.Zone == s.cfg.Zone && m.Suffix == s.cfg.Suffix {
 			continue

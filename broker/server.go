@@ -297,39 +297,25 @@ func (s *Server) samePrimaryContent(ctx context.Context, route *protocol.Route, 
 // readFrom reads [begin, end) of journal from the broker at endpoint,
 // from what it holds itself.
 func (s *Server) readFrom(ctx context.Context, endpoint, journal string, begin, end int64) ([]byte, error) {
-	conn, err := s.conns.Get(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	stream, err := protocol.NewJournalClient(conn).Read(ctx, &protocol.ReadRequest{Header: s.header(nil),
-		Journal: journal, Offset: begin, EndOffset: end, DoNotProxy: true})
-	if err != nil {
-		return nil, err
-	}
 	out := make([]byte, 0, end-begin)
-	for next := begin; next < end; {
-		resp, err := stream.Recv()
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("reading [%d, %d) from %s: %w", next, end, endpoint, err)
-		case resp.Status != protocol.Status_OK:
-			return nil, fmt.Errorf("reading [%d, %d) from %s: %s", next, end, endpoint, resp.Status)
-		case len(resp.Content) == 0 && resp.Offset == next:
-			continue
-		case resp.Offset != next:
-			return nil, fmt.Errorf("reading [%d, %d) from %s: content at %d", next, end, endpoint, resp.Offset)
-		}
-		out = append(out, resp.Content...)
-		next += int64(len(resp.Content))
+	head, err := s.readPeer(ctx, endpoint, nil, journal, begin, end, func(_ int64, content []byte) error {
+		out = append(out, content...)
+		return nil
+	})
+	if err == nil && head >= 0 {
+		err = fmt.Errorf("it ends at offset %d", head)
 	}
-	return out[:end-begin], nil
+	if err != nil {
+		return nil, fmt.Errorf("reading [%d, %d) from %s: %w", begin, end, endpoint, err)
+	}
+	return out, nil
 }
 
-// Errors of compareWithPrimary: the primary serves other bytes, or none
-// (it judges them gone).
+// Errors of readPeer and compareWithPrimary: the broker serves no content
+// there (it judges it gone), or other bytes.
 var (
-	errDiffers = errors.New("different bytes")
 	errGap     = errors.New("no content")
+	errDiffers = errors.New("different bytes")
 )
 
 // compareWithPrimary compares local, the content of a spool of journal at
@@ -337,9 +323,30 @@ var (
 // It returns -1 and nil if the primary serves the same bytes; the
 // primary's write head and nil if it serves the same bytes up to its
 // write head, before end; an error wrapping errDiffers if it serves other
-// bytes; and another error if it serves none (a gap), or cannot be asked.
+// bytes; and another error if it serves none (errGap), or cannot be asked.
 func (s *Server) compareWithPrimary(ctx context.Context, route *protocol.Route, journal string, begin, end int64, local io.Reader) (int64, error) {
-	conn, err := s.conns.Get(route.Endpoints[0])
+	buf := make([]byte, readChunk)
+	return s.readPeer(ctx, route.Endpoints[0], route, journal, begin, end, func(offset int64, content []byte) error {
+		mine := buf[:len(content)]
+		if _, err := io.ReadFull(local, mine); err != nil {
+			return fmt.Errorf("reading the local spool at %d: %w", offset, err)
+		}
+		if !bytes.Equal(mine, content) {
+			return fmt.Errorf("%w in [%d, %d)", errDiffers, offset, offset+int64(len(mine)))
+		}
+		return nil
+	})
+}
+
+// readPeer reads [begin, end) of journal from what the broker at endpoint
+// holds itself (route is that of the request's header), and passes its
+// content, in order and without gaps, to each. It returns -1 and nil once
+// each had it all, or the broker's write head and nil if the content ends
+// there, before end; an error wrapping errGap if the broker has none at
+// an offset, or each's error.
+func (s *Server) readPeer(ctx context.Context, endpoint string, route *protocol.Route, journal string, begin, end int64,
+	each func(offset int64, content []byte) error) (int64, error) {
+	conn, err := s.conns.Get(endpoint)
 	if err != nil {
 		return -1, err
 	}
@@ -348,33 +355,27 @@ func (s *Server) compareWithPrimary(ctx context.Context, route *protocol.Route, 
 	if err != nil {
 		return -1, err
 	}
-	next, buf := begin, make([]byte, readChunk)
-	for next < end {
+	for next := begin; next < end; {
 		resp, err := stream.Recv()
-		if err != nil {
-			return -1, fmt.Errorf("reading [%d, %d): %w", next, end, err)
-		}
 		switch {
+		case err != nil:
+			return -1, fmt.Errorf("reading [%d, %d): %w", next, end, err)
 		case resp.Status == protocol.Status_OFFSET_NOT_YET_AVAILABLE:
 			return next, nil
 		case resp.Status != protocol.Status_OK:
 			return -1, fmt.Errorf("reading [%d, %d): %s", next, end, resp.Status)
+		case len(resp.Content) == 0 && resp.Offset > next:
+			return -1, fmt.Errorf("it has %w at [%d, %d)", errGap, next, resp.Offset)
 		case len(resp.Content) == 0:
-			if resp.Offset > next {
-				return -1, fmt.Errorf("it has %w at [%d, %d)", errGap, next, resp.Offset)
-			}
 			continue
 		case resp.Offset != next:
 			return -1, fmt.Errorf("content at %d, want %d", resp.Offset, next)
 		}
-		mine := buf[:len(resp.Content)]
-		if _, err := io.ReadFull(local, mine); err != nil {
-			return -1, fmt.Errorf("reading the local spool at %d: %w", next, err)
+		content := resp.Content[:min(int64(len(resp.Content)), end-next)]
+		if err := each(next, content); err != nil {
+			return -1, err
 		}
-		if !bytes.Equal(mine, resp.Content) {
-			return -1, fmt.Errorf("%w in [%d, %d)", errDiffers, next, next+int64(len(mine)))
-		}
-		next += int64(len(mine))
+		next += int64(len(content))
 	}
 	return -1, nil
 }
@@ -414,26 +415,30 @@ func (s *Server) conflict(ctx context.Context, spec *protocol.JournalSpec, f fra
 // other replicas hold every acknowledged byte, and it is a warning. At
 // replication 1 the spool may hold acknowledged bytes: an error.
 func (s *Server) quarantine(rec *spool.Recovered, spec *protocol.JournalSpec, why string) {
-	dir := filepath.Join(s.cfg.Dir, "#quarantine") // "#" never appears in a journal name.
-	err := rec.MoveTo(dir)
 	level, msg := slog.LevelError, "recovered spool conflicts with content another broker wrote at the same offsets; kept out of the journal"
 	if spec.GetReplication() >= 2 {
 		level, msg = slog.LevelWarn, "recovered spool ends in content the journal does not hold (an append that failed); kept out of the journal, whose other replicas hold every acknowledged byte"
 	}
-	s.log.Log(context.Background(), level, msg,
-		"journal", rec.Journal, "begin", rec.Begin, "end", rec.End, "conflict", why,
-		"quarantine", dir, "moveErr", err)
-	spoolsQuarantined.Inc()
+	s.logQuarantined(rec.MoveTo(s.quarantineDir()), level, msg, rec.Journal, rec.Begin, rec.End, why)
 }
 
 // quarantineSpool keeps the spool of a replica that left its journal's
 // route out of the journal, as quarantine does for a recovered one.
 func (s *Server) quarantineSpool(sp *spool.Spool, why string) {
-	dir := filepath.Join(s.cfg.Dir, "#quarantine")
-	err := sp.MoveTo(dir)
-	s.log.Warn("spool of a replica that left the journal's route ends in content the journal does not hold "+
-		"(an append that failed); kept out of the journal, whose other replicas hold every acknowledged byte",
-		"journal", sp.Journal, "begin", sp.Begin, "end", sp.End(), "conflict", why, "quarantine", dir, "moveErr", err)
+	s.logQuarantined(sp.MoveTo(s.quarantineDir()), slog.LevelWarn,
+		"spool of a replica that left the journal's route ends in content the journal does not hold "+
+			"(an append that failed); kept out of the journal, whose other replicas hold every acknowledged byte",
+		sp.Journal, sp.Begin, sp.End(), why)
+}
+
+// quarantineDir holds quarantined spools.
+func (s *Server) quarantineDir() string {
+	return filepath.Join(s.cfg.Dir, "#quarantine") // "#" never appears in a journal name.
+}
+
+func (s *Server) logQuarantined(moveErr error, level slog.Level, msg, journal string, begin, end int64, why string) {
+	s.log.Log(context.Background(), level, msg, "journal", journal, "begin", begin, "end", end, "conflict", why,
+		"quarantine", s.quarantineDir(), "moveErr", moveErr)
 	spoolsQuarantined.Inc()
 }
 

@@ -161,14 +161,20 @@ func (r *Recovered) verify(log []byte, content io.ReaderAt) error {
 // MoveTo moves the recovered spool's files into dir (created if needed),
 // out of the spools that Recover finds.
 func (r *Recovered) MoveTo(dir string) error {
-	dir = filepath.Join(dir, url.PathEscape(r.Journal))
+	return moveFiles(dir, r.Journal, &r.content, &r.commits)
+}
+
+// moveFiles moves a spool's files of journal into dir (created if needed),
+// under the journal's escaped name, and updates their paths.
+func moveFiles(dir, journal string, paths ...*string) error {
+	dir = filepath.Join(dir, url.PathEscape(journal))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("quarantining spool: %w", err)
+		return fmt.Errorf("moving spool: %w", err)
 	}
-	for _, p := range []*string{&r.content, &r.commits} {
+	for _, p := range paths {
 		to := filepath.Join(dir, filepath.Base(*p))
 		if err := os.Rename(*p, to); err != nil {
-			return fmt.Errorf("quarantining spool: %w", err)
+			return fmt.Errorf("moving spool: %w", err)
 		}
 		*p = to
 	}

@@ -218,19 +218,11 @@ func (s *Spool) Remove() error {
 // MoveTo closes the spool and moves its files into dir (created if
 // needed), out of the spools that Recover finds.
 func (s *Spool) MoveTo(dir string) error {
+	content, commits := s.content.Name(), s.commits.Name()
 	if err := s.Close(); err != nil {
 		return err
 	}
-	dir = filepath.Join(dir, url.PathEscape(s.Journal))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("moving spool: %w", err)
-	}
-	for _, p := range []string{s.content.Name(), s.commits.Name()} {
-		if err := os.Rename(p, filepath.Join(dir, filepath.Base(p))); err != nil {
-			return fmt.Errorf("moving spool: %w", err)
-		}
-	}
-	return nil
+	return moveFiles(dir, s.Journal, &content, &commits)
 }
 
 func parseBegin(name, ext string) (int64, bool) {
