@@ -98,19 +98,19 @@ func benchPublishRead(b *testing.B, f message.Framing, newMsg func() message.Mes
 
 func BenchmarkRawAppendRead(b *testing.B) {
 	for _, bf := range benchFramings {
-		b.Run(bf.name, func(b *testing.B) { benchRawAppendRead(b, bf.f, bf.messages(1)[0]) })
+		b.Run(bf.name, func(b *testing.B) { benchRawAppendRead(b, bf.f, bf.messages(1024)) })
 	}
 }
 
-func benchRawAppendRead(b *testing.B, f message.Framing, m message.Message) {
+func benchRawAppendRead(b *testing.B, f message.Framing, msgs []message.Message) {
 	ctx, c, appender := benchJournal(b, "bench/raw")
-	frame := benchFrame(b, f, m)
+	frames, size := benchFrames(b, f, msgs, b.N)
 
-	b.SetBytes(int64(len(frame)))
+	b.SetBytes(size / int64(b.N))
 	b.ResetTimer()
 	start, cpu := time.Now(), brokertest.CPUTime()
 	var last *client.AppendHandle
-	for range b.N {
+	for _, frame := range frames {
 		h, err := appender.Append(ctx, "bench/raw", frame)
 		if err != nil {
 			b.Fatal(err)
@@ -129,8 +129,8 @@ func benchRawAppendRead(b *testing.B, f message.Framing, m message.Message) {
 		b.Fatal(err)
 	}
 	read, readCPU := time.Since(start), brokertest.CPUTime()-cpu
-	if got != int64(b.N*len(frame)) {
-		b.Fatalf("read %d bytes, appended %d", got, b.N*len(frame))
+	if got != size {
+		b.Fatalf("read %d bytes, appended %d", got, size)
 	}
 	b.ReportMetric(float64(b.N)/appended.Seconds(), "appended-frames/s")
 	b.ReportMetric(float64(b.N)/read.Seconds(), "read-frames/s")
@@ -146,7 +146,7 @@ func benchRawAppendRead(b *testing.B, f message.Framing, m message.Message) {
 func BenchmarkStream(b *testing.B) {
 	for _, bf := range benchFramings {
 		b.Run(bf.name+"/messages", func(b *testing.B) { benchStreamMessages(b, bf.f, bf.new, bf.messages(1024)) })
-		b.Run(bf.name+"/raw", func(b *testing.B) { benchStreamRaw(b, bf.f, bf.messages(1)[0]) })
+		b.Run(bf.name+"/raw", func(b *testing.B) { benchStreamRaw(b, bf.f, bf.messages(1024)) })
 	}
 }
 
@@ -183,9 +183,9 @@ func benchStreamMessages(b *testing.B, f message.Framing, newMsg func() message.
 	reportStream(b, time.Since(start), brokertest.CPUTime()-cpu)
 }
 
-func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
+func benchStreamRaw(b *testing.B, f message.Framing, msgs []message.Message) {
 	ctx, c, appender := benchJournal(b, "bench/stream")
-	frame := benchFrame(b, f, m)
+	frames, size := benchFrames(b, f, msgs, b.N)
 	jr := c.NewReader(ctx, client.ReadRequest{Journal: "bench/stream", Block: true})
 	defer jr.Close()
 
@@ -193,10 +193,10 @@ func benchStreamRaw(b *testing.B, f message.Framing, m message.Message) {
 	start, cpu := time.Now(), brokertest.CPUTime()
 	read := make(chan error, 1)
 	go func() {
-		_, err := io.CopyN(io.Discard, jr, int64(b.N*len(frame)))
+		_, err := io.CopyN(io.Discard, jr, size)
 		read <- err
 	}()
-	for range b.N {
+	for _, frame := range frames {
 		if _, err := appender.Append(ctx, "bench/stream", frame); err != nil {
 			b.Fatal(err)
 		}
@@ -220,16 +220,33 @@ func benchJournal(b *testing.B, journal string) (context.Context, *client.Client
 	return ctx, c, appender
 }
 
-// benchFrame returns m framed by f, with a UUID.
-func benchFrame(b *testing.B, f message.Framing, m message.Message) []byte {
-	var frame bytes.Buffer
-	w := bufio.NewWriter(&frame)
-	m.SetUUID(message.BuildUUID(message.NewProducerID(), message.NewClock(time.Now()), message.OutsideTxn))
-	if err := f.Marshal(m, w); err != nil {
-		b.Fatal(err)
+// benchFrames returns the n frames that a publisher writes when it
+// publishes msgs in turn as committed messages, n in all, and their total
+// size: the same bytes, UUIDs included, that the message benchmarks
+// append, for the raw ones to append without the message layer.
+func benchFrames(b *testing.B, f message.Framing, msgs []message.Message, n int) ([][]byte, int64) {
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	p, clock := message.NewProducerID(), message.NewClock(time.Now())
+	ends := make([]int, n)
+	for i := range n {
+		clock.Update(time.Now())
+		clock.Tick()
+		m := msgs[i%len(msgs)]
+		m.SetUUID(message.BuildUUID(p, clock, message.OutsideTxn))
+		if err := f.Marshal(m, w); err != nil {
+			b.Fatal(err)
+		}
+		w.Flush()
+		ends[i] = buf.Len()
 	}
-	w.Flush()
-	return frame.Bytes()
+	data := buf.Bytes()
+	frames := make([][]byte, n)
+	begin := 0
+	for i, end := range ends {
+		frames[i], begin = data[begin:end:end], end
+	}
+	return frames, int64(len(data))
 }
 
 func reportStream(b *testing.B, wall, cpu time.Duration) {

@@ -39,6 +39,7 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	clock Clock
+	wall  wallClock
 	// txn holds, per journal written by the current transaction, its last
 	// message there: BuildAckIntents may ask it for an acknowledgement.
 	txn map[string]Message
@@ -153,7 +154,7 @@ func (p *Publisher) awaitUnsealed(ctx context.Context) error {
 
 // stamp ticks the clock, sets m's UUID and returns its frame. p.mu is held.
 func (p *Publisher) stamp(m Message, flags Flags) ([]byte, error) {
-	p.clock.Update(time.Now())
+	p.clock.Update(p.wall.now())
 	p.clock.Tick()
 	m.SetUUID(BuildUUID(p.producer, p.clock, flags))
 	p.buf.Reset()
@@ -164,6 +165,23 @@ func (p *Publisher) stamp(m Message, flags Flags) ([]byte, error) {
 		return nil, err
 	}
 	return p.buf.Bytes(), nil // The appender copies it.
+}
+
+// wallClock reads the wall clock at half the cost of time.Now, which
+// reads both the wall and the monotonic clocks: it adds the monotonic
+// time elapsed since its last full reading to that reading's wall time,
+// and takes a full reading again once a second, so that it follows a
+// stepped wall clock within a second. Its zero value is ready to use.
+type wallClock struct{ base time.Time }
+
+func (w *wallClock) now() time.Time {
+	if !w.base.IsZero() {
+		if d := time.Since(w.base); d >= 0 && d < time.Second {
+			return w.base.Add(d)
+		}
+	}
+	w.base = time.Now()
+	return w.base
 }
 
 // AwaitTxnWrites waits until every message of the transaction that the
@@ -203,7 +221,7 @@ func (p *Publisher) BuildAckIntents(newAck func(journal string) Message) ([]AckI
 		journals = append(journals, j)
 	}
 	slices.Sort(journals)
-	p.clock.Update(time.Now())
+	p.clock.Update(p.wall.now())
 	p.clock.Tick()
 	uuid := BuildUUID(p.producer, p.clock, AckTxn)
 	out := make([]AckIntent, 0, len(journals))

@@ -48,7 +48,9 @@ type ReaderConfig struct {
 type Reader struct {
 	dec   *Decoder
 	seq   *Sequencer
-	ready []Delivery // delivered by the sequencer, not yet returned
+	// ready[next:] were delivered by the sequencer, and not yet returned.
+	ready []Delivery
+	next  int
 }
 
 // NewReader returns a Reader of cfg.Journal through c.
@@ -62,7 +64,7 @@ func NewReader(ctx context.Context, c *client.Client, cfg ReaderConfig) (*Reader
 
 // Next returns the next committed message and its offsets in the journal.
 func (r *Reader) Next() (Delivery, error) {
-	for len(r.ready) == 0 {
+	for r.next == len(r.ready) {
 		m, begin, end, err := r.dec.Next()
 		if err != nil {
 			return Delivery{}, err
@@ -71,10 +73,15 @@ func (r *Reader) Next() (Delivery, error) {
 		if err != nil {
 			return Delivery{}, fmt.Errorf("message: journal %s at offset %d: %w", r.dec.cfg.Journal, begin, err)
 		}
-		r.ready = append(r.ready, ds...)
+		if len(ds) == 1 {
+			return ds[0], nil // The common case: no copy.
+		}
+		// ds is the sequencer's, reused by its next Queue: keep a copy.
+		r.ready, r.next = append(r.ready[:0], ds...), 0
 	}
-	d := r.ready[0]
-	r.ready = r.ready[1:]
+	d := r.ready[r.next]
+	r.ready[r.next] = Delivery{} // Not kept by the Reader.
+	r.next++
 	return d, nil
 }
 
@@ -376,12 +383,12 @@ var ErrMidBatch = errors.New("message: checkpoint in the middle of a committed b
 
 // Buffered is the number of committed messages read but not yet returned
 // by Next. A checkpoint may be taken when it is zero.
-func (r *Reader) Buffered() int { return len(r.ready) }
+func (r *Reader) Buffered() int { return len(r.ready) - r.next }
 
 // Checkpoint returns the state from which a new Reader resumes exactly
 // after the messages Next has returned, once Buffered is zero.
 func (r *Reader) Checkpoint() (Checkpoint, error) {
-	if len(r.ready) != 0 {
+	if r.Buffered() != 0 {
 		return Checkpoint{}, ErrMidBatch
 	}
 	return r.seq.Checkpoint(), nil

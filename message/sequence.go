@@ -116,6 +116,23 @@ type Sequencer struct {
 	stats     SequencerStats
 	// out is the slice that Queue returns, reused by the next call.
 	out []Delivery
+	// last is the state of lastID, the producer most recently looked up
+	// (if not nil): runs of one producer's messages skip the map.
+	// Producers are never removed, so it stays valid.
+	lastID ProducerID
+	last   *producer
+}
+
+// producer returns the state of producer id, or nil if it has none.
+func (s *Sequencer) producer(id ProducerID) *producer {
+	if s.last != nil && s.lastID == id {
+		return s.last
+	}
+	p := s.producers[id]
+	if p != nil {
+		s.lastID, s.last = id, p
+	}
+	return p
 }
 
 // producer is the state of one producer of the journal.
@@ -197,7 +214,11 @@ func NewSequencer(journal string, cp Checkpoint) (*Sequencer, error) {
 // it straddles the checkpoint's Read, or its flags are not OutsideTxn,
 // ContinueTxn or AckTxn.
 func (s *Sequencer) Queue(m Message, begin, end int64) ([]Delivery, error) {
-	if err := s.check(m, begin, end); err != nil {
+	var u UUID
+	if m != nil {
+		u = m.GetUUID()
+	}
+	if err := s.check(m, u, begin, end); err != nil {
 		return nil, err
 	}
 	s.read = end
@@ -205,7 +226,6 @@ func (s *Sequencer) Queue(m Message, begin, end int64) ([]Delivery, error) {
 	clear(s.out)
 	s.out = s.out[:0]
 
-	u := m.GetUUID()
 	replaying := end <= s.replay
 	if u.IsZero() {
 		if replaying {
@@ -216,8 +236,7 @@ func (s *Sequencer) Queue(m Message, begin, end int64) ([]Delivery, error) {
 		return s.out, nil
 	}
 
-	id := u.ProducerID()
-	p := s.producers[id]
+	p := s.producer(u.ProducerID())
 	if replaying && (p == nil || p.begin < 0 || begin < p.begin) {
 		// Queued before the checkpoint, and not part of a transaction
 		// that was pending at the checkpoint: its effect is in the
@@ -227,7 +246,8 @@ func (s *Sequencer) Queue(m Message, begin, end int64) ([]Delivery, error) {
 	}
 	if p == nil {
 		p = &producer{begin: -1}
-		s.producers[id] = p
+		s.producers[u.ProducerID()] = p
+		s.lastID, s.last = u.ProducerID(), p
 	}
 	// From here on, a replayed message runs through the rules with its
 	// deliveries suppressed: see "Checkpoints and restarts".
@@ -244,7 +264,7 @@ func (s *Sequencer) Queue(m Message, begin, end int64) ([]Delivery, error) {
 }
 
 // check returns why Queue refuses m at [begin, end), or nil.
-func (s *Sequencer) check(m Message, begin, end int64) error {
+func (s *Sequencer) check(m Message, u UUID, begin, end int64) error {
 	switch {
 	case m == nil:
 		return fmt.Errorf("message: sequencer of %s: nil message at offset %d", s.journal, begin)
@@ -255,7 +275,7 @@ func (s *Sequencer) check(m Message, begin, end int64) error {
 	case begin < s.replay && s.replay < end:
 		return fmt.Errorf("message: sequencer of %s: message at [%d, %d) straddles the checkpoint's read offset %d", s.journal, begin, end, s.replay)
 	}
-	switch f := m.GetUUID().Flags(); f {
+	switch f := u.Flags(); f {
 	case OutsideTxn, ContinueTxn, AckTxn:
 		return nil
 	default:
