@@ -46,8 +46,8 @@ type ReaderConfig struct {
 // passes them through a Sequencer. Its Checkpoint, stored with the state
 // the delivered messages produced, resumes it exactly.
 type Reader struct {
-	dec   *Decoder
-	seq   *Sequencer
+	dec *Decoder
+	seq *Sequencer
 	// ready[next:] were delivered by the sequencer, and not yet returned.
 	ready []Delivery
 	next  int
