@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -17,7 +17,8 @@ import (
 )
 
 // ErrIsolated is wrapped by the error of a Run that ended because the
-// broker reached etcd but none of its peers (see Config.IsolationTimeout).
+// broker reached etcd but none of its peers, or not some of them and was
+// chosen to resign for it (see Config.IsolationTimeout).
 var ErrIsolated = errors.New("broker: isolated from its peers")
 
 // A broker that keeps its etcd lease while it cannot reach the other
@@ -28,17 +29,16 @@ var ErrIsolated = errors.New("broker: isolated from its peers")
 // can replicate them, once it has reached none of them for
 // IsolationTimeout.
 //
-// Reaching none of the peers is the only case decided: with two or more
-// peers announced, a broker that reaches none is most likely the one cut
-// off (the others do not resign while they reach each other). With fewer
-// there is no telling which side is cut off, and nobody resigns. The
-// timeout is longer than the lease TTL, so that peers that died (rather
-// than became unreachable) are gone from etcd before a broker judges.
-// What is not decided: a broker cut off from some peers only.
+// With two or more peers announced, a broker that reaches none is most
+// likely the one cut off (the others do not resign while they reach each
+// other). With fewer there is no telling which side is cut off, and
+// nobody resigns. The timeout is longer than the lease TTL, so that peers
+// that died (rather than became unreachable) are gone from etcd before a
+// broker judges. A broker cut off from some peers only reports them, and
+// resigns if the reports choose it: see cuts.go.
 
-// peerSample bounds the peers checked in a round: in a large fleet, an
-// isolated broker fails them all, and a connected one reaches one soon.
-const peerSample = 3
+// checkParallel bounds the health checks of a round run at once.
+const checkParallel = 16
 
 // isolationTimeout is cfg.IsolationTimeout with its default, or 0 if
 // disabled.
@@ -57,15 +57,66 @@ func (c *Config) checkInterval() time.Duration {
 	return min(time.Second, c.isolationTimeout()/5)
 }
 
-// watchPeers checks the broker's peers every interval, and closes resign
-// once it has reached none of them for the isolation timeout, returning
-// why. It returns nil once ctx is done.
+// peerWatch is what a broker learned of its peers from its checks.
+type peerWatch struct {
+	// last is when the broker last reached a peer, or had fewer than two.
+	last time.Time
+	// since holds, for each peer (ZONE#SUFFIX) not reached at its last
+	// check, when its checks began to fail.
+	since map[string]time.Time
+	// reported is the broker's cut report as last written, if written:
+	// the first round writes it (removing any that a run before this
+	// one left, under a lease not yet expired).
+	reported []string
+	written  bool
+}
+
+// observe records a round of checks made at now: reached tells, for
+// every peer, whether it was reached.
+func (w *peerWatch) observe(reached map[string]bool, now time.Time) {
+	reachedAny := len(reached) < 2
+	for name, ok := range reached {
+		if ok {
+			delete(w.since, name)
+			reachedAny = true
+		} else if _, ok := w.since[name]; !ok {
+			w.since[name] = now
+		}
+	}
+	for name := range w.since {
+		if _, ok := reached[name]; !ok {
+			delete(w.since, name) // No longer a peer.
+		}
+	}
+	if reachedAny {
+		w.last = now
+	}
+}
+
+// unreached returns the peers not reached for timeout at now, sorted.
+func (w *peerWatch) unreached(now time.Time, timeout time.Duration) []string {
+	var out []string
+	for name, since := range w.since {
+		if now.Sub(since) >= timeout {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// watchPeers checks the broker's peers every interval, reports those it
+// has not reached for the isolation timeout (see cuts.go), and closes
+// resign, returning why, once it has reached none of them for that
+// timeout, or once the cut reports choose it to resign. It returns nil
+// once ctx is done.
 func (s *Server) watchPeers(ctx context.Context, resign chan<- struct{}) error {
 	defer peersUnreached.Set(0)
-	interval := s.cfg.checkInterval()
+	defer peersCut.Set(0)
+	interval, timeout := s.cfg.checkInterval(), s.cfg.isolationTimeout()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	last := time.Now() // The broker last reached a peer, or had fewer than two.
+	w := peerWatch{last: time.Now(), since: map[string]time.Time{}}
 	for {
 		select {
 		case <-ctx.Done():
@@ -73,30 +124,85 @@ func (s *Server) watchPeers(ctx context.Context, resign chan<- struct{}) error {
 		case <-tick.C:
 		}
 		state, _ := s.resolver.snapshot()
+		kvs, _ := s.ks.Snapshot()
 		peers := s.peers(state)
-		if s.connected(ctx, peers, interval) {
-			last = time.Now()
-			peersUnreached.Set(0)
-			continue
+		reached := s.check(ctx, peers, interval)
+		if ctx.Err() != nil {
+			return nil
 		}
-		alone := time.Since(last)
+		now := time.Now()
+		w.observe(reached, now)
+		s.checked(reached)
+		alone := now.Sub(w.last)
 		peersUnreached.Set(alone.Seconds())
-		if alone < s.cfg.isolationTimeout() {
-			continue
+		if alone >= timeout {
+			return s.resign(resign, fmt.Errorf("%w: reached etcd, but none of its %d peers for %s (--isolation-timeout %s)",
+				ErrIsolated, len(peers), alone.Round(time.Second), timeout))
 		}
-		err := fmt.Errorf("%w: reached etcd, but none of its %d peers for %s (--isolation-timeout %s)",
-			ErrIsolated, len(peers), alone.Round(time.Second), s.cfg.isolationTimeout())
-		s.log.Error("resigning, so that its journals move to brokers that reach each other", "err", err)
-		s.isolated.Store(true)
-		close(resign)
-		return err
+		unreached := w.unreached(now, timeout)
+		peersCut.Set(float64(len(unreached)))
+		if !w.written || !slices.Equal(unreached, w.reported) {
+			if err := s.reportCuts(ctx, state, unreached); err != nil {
+				s.log.Warn("reporting the peers it cannot reach failed; retrying", "unreached", unreached, "err", err)
+			} else {
+				w.reported, w.written = unreached, true
+			}
+		}
+		if slices.Contains(resigners(memberNames(state), s.cutsOf(kvs)), s.name()) {
+			return s.resign(resign, fmt.Errorf("%w: cut off from %s (unreached, it reports: %v), while others reach each other; it is the broker chosen to resign (see --isolation-timeout)",
+				ErrIsolated, strings.Join(unreachedBy(s.name(), s.cutsOf(kvs)), ", "), unreached))
+		}
 	}
 }
 
+// resign records that the broker resigns for err, closes resign, and
+// returns err.
+func (s *Server) resign(resign chan<- struct{}, err error) error {
+	s.log.Error("resigning, so that its journals move to brokers that reach each other", "err", err)
+	s.isolated.Store(true)
+	close(resign)
+	return err
+}
+
+// unreachedBy returns, sorted, the brokers that name or that report name
+// unreached.
+func unreachedBy(name string, cuts []cut) []string {
+	var out []string
+	for _, c := range cuts {
+		if c.reporter == name {
+			out = append(out, c.Unreached...)
+		} else if slices.Contains(c.Unreached, name) {
+			out = append(out, c.reporter)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// checked calls the test hook with a round's checks.
+func (s *Server) checked(reached map[string]bool) {
+	if s.cfg.peersChecked == nil {
+		return
+	}
+	s.cfg.peersChecked(len(reached), len(reached) < 2 || reachedOne(reached))
+}
+
+// reachedOne tells whether a peer of reached was reached.
+func reachedOne(reached map[string]bool) bool {
+	for _, ok := range reached {
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
 // awaitPeers waits, before the broker announces itself, until it reaches
-// one of its peers, if it has two or more: an isolated broker that joined
-// its journals' routes would make them refuse appends. Peers that died
-// leave etcd when their leases expire, and are then not waited for.
+// each of its peers (if it has two or more), but for those that other
+// brokers report they cannot reach either, and at least one: a broker that joined its journals'
+// routes while cut from a peer of theirs would make them refuse appends.
+// Peers that died leave etcd when their leases expire, and are then not
+// waited for.
 func (s *Server) awaitPeers(ctx context.Context) error {
 	if s.cfg.isolationTimeout() == 0 {
 		return nil
@@ -107,17 +213,32 @@ func (s *Server) awaitPeers(ctx context.Context) error {
 		changed := s.ks.Changed()
 		kvs, rev := s.ks.Snapshot()
 		peers := s.peers(allocator.NewState(s.cfg.Root, kvs, rev))
-		if s.connected(ctx, peers, interval) {
+		reached := s.check(ctx, peers, interval)
+		s.checked(reached)
+		missing := awaited(reached, s.cutsOf(kvs))
+		if len(peers) < 2 || len(missing) == 0 && reachedOne(reached) {
 			return nil
 		}
 		if time.Since(warned) >= 10*time.Second {
-			s.log.Warn("waiting to reach one of its peers before serving", "peers", len(peers))
+			s.log.Warn("waiting to reach its peers before serving", "peers", len(peers), "unreached", missing)
 			warned = time.Now()
 		}
 		if err := wait(ctx, changed, interval); err != nil {
 			return err
 		}
 	}
+}
+
+// awaited returns, sorted, the peers not reached that no cut report names.
+func awaited(reached map[string]bool, cuts []cut) []string {
+	var out []string
+	for name, ok := range reached {
+		if !ok && !slices.ContainsFunc(cuts, func(c cut) bool { return slices.Contains(c.Unreached, name) }) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // wait waits for changed, or d, or returns ctx's error.
@@ -133,57 +254,67 @@ func wait(ctx context.Context, changed <-chan struct{}, d time.Duration) error {
 	return nil
 }
 
-// peers are the endpoints of the other brokers of state.
-func (s *Server) peers(state *allocator.State) []string {
+// peers returns the endpoints of the other brokers of state, by name.
+func (s *Server) peers(state *allocator.State) map[string]string {
+	out := map[string]string{}
 	if state == nil {
-		return nil
+		return out
 	}
-	var out []string
 	for _, m := range state.Members {
 		if m.Zone == s.cfg.Zone && m.Suffix == s.cfg.Suffix {
 			continue
 		}
 		if spec, ok := m.Value.(*MemberSpec); ok {
-			out = append(out, spec.Endpoint)
+			out[memberName(m.Member)] = spec.Endpoint
 		}
 	}
 	return out
 }
 
-// connected tells whether the broker is not isolated from peers: it
-// reaches one of them, or has fewer than two.
-func (s *Server) connected(ctx context.Context, peers []string, timeout time.Duration) bool {
-	ok := len(peers) < 2 || s.reachAny(ctx, peers, timeout)
-	if s.cfg.peersChecked != nil {
-		s.cfg.peersChecked(len(peers), ok)
+// memberNames returns the names of state's members.
+func memberNames(state *allocator.State) []string {
+	out := make([]string, len(state.Members))
+	for i, m := range state.Members {
+		out[i] = memberName(m.Member)
 	}
-	return ok
+	return out
 }
 
-// reachAny tells whether the broker reaches any of a sample of peers
-// within timeout. Any answer reaches a peer, even an error status (a
-// server without the health service answers Unimplemented); only
-// transport failures do not.
-func (s *Server) reachAny(ctx context.Context, peers []string, timeout time.Duration) bool {
-	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+// check tells, for each of peers (endpoints by name), whether the broker
+// reaches it within timeout. Any answer reaches a peer, even an error
+// status (a server without the health service answers Unimplemented);
+// only transport failures do not.
+func (s *Server) check(ctx context.Context, peers map[string]string, timeout time.Duration) map[string]bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var ok atomic.Bool
+	var mu sync.Mutex
+	reached := make(map[string]bool, len(peers))
 	var wg sync.WaitGroup
-	for _, endpoint := range peers[:min(len(peers), peerSample)] {
+	slots := make(chan struct{}, checkParallel)
+	for name, endpoint := range peers {
+		slots <- struct{}{}
 		wg.Go(func() {
-			conn, err := s.conns.Get(endpoint)
-			if err != nil {
-				return
-			}
-			_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-			switch status.Code(err) {
-			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-			default:
-				ok.Store(true)
-			}
+			defer func() { <-slots }()
+			ok := s.reach(ctx, endpoint)
+			mu.Lock()
+			defer mu.Unlock()
+			reached[name] = ok
 		})
 	}
 	wg.Wait()
-	return ok.Load()
+	return reached
+}
+
+// reach tells whether a health check of endpoint gets an answer.
+func (s *Server) reach(ctx context.Context, endpoint string) bool {
+	conn, err := s.conns.Get(endpoint)
+	if err != nil {
+		return false
+	}
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return false
+	}
+	return true
 }

@@ -46,6 +46,10 @@ var (
 		Name: "quire_broker_peers_unreached_seconds",
 		Help: "How long the broker has reached none of its peers (0 while it reaches one, or has fewer than two); it resigns at its isolation timeout.",
 	})
+	peersCut = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "quire_broker_peers_cut",
+		Help: "Peers the broker has not reached for its isolation timeout while it reaches others, and reports cut (see cuts.go).",
+	})
 	spoolsQuarantined = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_spools_quarantined_total", Help: "Recovered spools kept out of their journal: other content was written at their offsets.",
 	})

@@ -115,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 	s.conns.Options = cfg.DialOptions
 	s.resolver = newResolver(s)
 	s.persister = newPersister(s)
-	s.ks = keyspace.New(cfg.Root, allocator.NewDecoder(cfg.Root, Decoders))
+	s.ks = keyspace.New(cfg.Root, newDecoder(cfg.Root))
 	return s, nil
 }
 

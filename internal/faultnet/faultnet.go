@@ -124,3 +124,96 @@ func (s *Switch) forward(in net.Conn, target string) {
 	<-done
 	<-done
 }
+
+// Links cuts the connections between pairs of named nodes, leaving each
+// node's others alone: a partial partition. A node dials through its
+// Dialer; the node a dial reaches is the one Named for its address. The
+// zero Links cuts nothing.
+type Links struct {
+	mu    sync.Mutex
+	names map[string]string              // address → node
+	cut   map[[2]string]bool             // pairs, in order
+	conns map[[2]string]map[net.Conn]bool // open, per pair
+}
+
+// pair is the key of the link between nodes a and b.
+func pair(a, b string) [2]string { return [2]string{min(a, b), max(a, b)} }
+
+// Name makes dials to addr reach node.
+func (l *Links) Name(addr, node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.names == nil {
+		l.names = map[string]string{}
+	}
+	l.names[addr] = node
+}
+
+// Cut closes the connections between a and b, and refuses new ones until
+// Heal.
+func (l *Links) Cut(a, b string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cut == nil {
+		l.cut = map[[2]string]bool{}
+	}
+	l.cut[pair(a, b)] = true
+	for c := range l.conns[pair(a, b)] {
+		c.Close()
+	}
+	delete(l.conns, pair(a, b))
+}
+
+// Heal lets a and b connect again.
+func (l *Links) Heal(a, b string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.cut, pair(a, b))
+}
+
+// Dialer returns the dial function of node from (for
+// grpc.WithContextDialer), which dials through next.
+func (l *Links) Dialer(from string, next func(context.Context, string) (net.Conn, error)) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		l.mu.Lock()
+		key := pair(from, l.names[addr])
+		refused := l.cut[key]
+		l.mu.Unlock()
+		if refused {
+			return nil, ErrCut
+		}
+		c, err := next(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.cut[key] { // Cut while dialing.
+			c.Close()
+			return nil, ErrCut
+		}
+		if l.conns == nil {
+			l.conns = map[[2]string]map[net.Conn]bool{}
+		}
+		if l.conns[key] == nil {
+			l.conns[key] = map[net.Conn]bool{}
+		}
+		l.conns[key][c] = true
+		return &linkConn{Conn: c, untrack: func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			delete(l.conns[key], c)
+		}}, nil
+	}
+}
+
+// linkConn is a connection of Links, forgotten once closed.
+type linkConn struct {
+	net.Conn
+	untrack func()
+}
+
+func (c *linkConn) Close() error {
+	c.untrack()
+	return c.Conn.Close()
+}

@@ -1,0 +1,230 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/faultnet"
+)
+
+func TestResigners(t *testing.T) {
+	three := []string{"a", "b", "c"}
+	five := []string{"a", "b", "c", "d", "e"}
+	for _, tc := range []struct {
+		name    string
+		members []string
+		cuts    []cut
+		want    []string
+	}{
+		{"no reports", three, nil, nil},
+		{"one side reports a pair", three, []cut{{"a", CutReport{[]string{"c"}}}}, []string{"c"}},
+		{"both sides report a pair", three, []cut{{"a", CutReport{[]string{"c"}}}, {"c", CutReport{[]string{"a"}}}}, []string{"c"}},
+		{"the greater name goes, whoever reports", three, []cut{{"c", CutReport{[]string{"b"}}}}, []string{"c"}},
+		{"one that nobody reaches goes alone", five, []cut{
+			{"a", CutReport{[]string{"c"}}}, {"b", CutReport{[]string{"c"}}}, {"d", CutReport{[]string{"c"}}}, {"e", CutReport{[]string{"c"}}}},
+			[]string{"c"}},
+		{"a hub of cuts goes, though it does not report", five, []cut{
+			{"b", CutReport{[]string{"a"}}}, {"c", CutReport{[]string{"a"}}}}, []string{"a"}},
+		{"two separate cuts", five, []cut{{"a", CutReport{[]string{"b"}}}, {"c", CutReport{[]string{"d"}}}}, []string{"b", "d"}},
+		{"a chain: the middle first, then nothing", five, []cut{
+			{"a", CutReport{[]string{"b"}}}, {"b", CutReport{[]string{"c"}}}}, []string{"b"}},
+		{"reports of brokers gone do not count", three, []cut{{"x", CutReport{[]string{"a"}}}, {"a", CutReport{[]string{"y"}}}}, nil},
+		{"a broker does not cut itself", three, []cut{{"a", CutReport{[]string{"a"}}}}, nil},
+		{"fewer than three brokers: no telling", []string{"a", "b"}, []cut{{"a", CutReport{[]string{"b"}}}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := resigners(tc.members, tc.cuts); !slices.Equal(got, tc.want) {
+				t.Errorf("resigners(%v, %v) = %v, want %v", tc.members, tc.cuts, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPeerWatch(t *testing.T) {
+	t0 := time.Now()
+	w := peerWatch{last: t0, since: map[string]time.Time{}}
+	w.observe(map[string]bool{"a": true, "b": false, "c": true}, t0)
+	w.observe(map[string]bool{"a": true, "b": false, "c": false}, t0.Add(3*time.Second))
+	if got := w.unreached(t0.Add(4*time.Second), 4*time.Second); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("unreached after 4s = %v, want [b] (c failed only 1s ago)", got)
+	}
+	w.observe(map[string]bool{"a": true, "b": true, "c": false}, t0.Add(8*time.Second))
+	if got := w.unreached(t0.Add(8*time.Second), 4*time.Second); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("unreached after 8s = %v, want [c] (b was reached again)", got)
+	}
+	w.observe(map[string]bool{"a": true, "b": true}, t0.Add(9*time.Second))
+	if got := w.unreached(t0.Add(20*time.Second), 4*time.Second); len(got) != 0 {
+		t.Errorf("unreached = %v once c is no longer a peer, want none", got)
+	}
+	if !w.last.Equal(t0.Add(9 * time.Second)) {
+		t.Errorf("last reached a peer at %v, want the last round", w.last.Sub(t0))
+	}
+	w.observe(map[string]bool{"a": false, "b": false}, t0.Add(10*time.Second))
+	if !w.last.Equal(t0.Add(9 * time.Second)) {
+		t.Errorf("a round reaching no peer moved last to %v", w.last.Sub(t0))
+	}
+}
+
+func TestAwaited(t *testing.T) {
+	reached := map[string]bool{"a": true, "b": false, "c": false}
+	cuts := []cut{{"a", CutReport{[]string{"c"}}}}
+	if got := awaited(reached, cuts); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("awaited = %v, want [b]: c is cut from a too, so not waited for", got)
+	}
+}
+
+// linked starts brokers b1, b2 and b3 whose connections to each other go
+// through links, with a short isolation timeout, and edit (if not nil)
+// applied to each config.
+func linked(t *testing.T, edit func(name string, cfg *Config)) (*cluster, *faultnet.Links) {
+	c := newCluster(t)
+	links := &faultnet.Links{}
+	for _, name := range []string{"b1", "b2", "b3"} {
+		c.startLinked(name, links, "", edit)
+	}
+	return c, links
+}
+
+// startLinked starts broker name (on dir, if not empty) as linked does.
+func (c *cluster) startLinked(name string, links *faultnet.Links, dir string, edit func(name string, cfg *Config)) *testBroker {
+	sw := &faultnet.Switch{}
+	return c.startWith(name, dir, c.etcd, func(cfg *Config) {
+		cfg.Endpoint = sw.Proxy(c.t, cfg.Endpoint)
+		links.Name(cfg.Endpoint, name)
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(links.Dialer(name, sw.Dial))}
+		cfg.IsolationTimeout = 4 * time.Second
+		if edit != nil {
+			edit(name, cfg)
+		}
+	})
+}
+
+// Two brokers of three that cannot reach each other, though each reaches
+// etcd and the third: the one with the greater name resigns, the journals
+// that spanned the cut take appends again, and, restarted while the cut
+// lasts, it does not serve until the cut heals.
+func TestBrokersCutFromEachOtherOneResigns(t *testing.T) {
+	c, links := linked(t, nil)
+	b1 := c.brokers["b1"]
+	journals := []string{"logs/cut-1", "logs/cut-2", "logs/cut-3", "logs/cut-4"}
+	for _, j := range journals {
+		c.journal(b1, j, 2)
+		c.appendRetry(b1, j, []byte("before\n"))
+	}
+
+	links.Cut("b1", "b3")
+	b3 := c.brokers["b3"]
+	select {
+	case err := <-b3.done:
+		b3.done <- err
+		if !errors.Is(err, ErrIsolated) {
+			t.Fatalf("b3, cut from b1, stopped with %v, want ErrIsolated", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("neither broker cut from the other resigned")
+	}
+	for _, name := range []string{"b1", "b2"} {
+		select {
+		case err := <-c.brokers[name].done:
+			t.Fatalf("broker %s stopped: %v; only b3 should resign", name, err)
+		default:
+		}
+	}
+	c.stop(b3)
+	for _, j := range journals {
+		c.appendRetry(b1, j, []byte("after\n"))
+		if got := string(c.readAll(c.brokers["b2"], j)); got != "before\nafter\n" {
+			t.Errorf("journal %s holds %q, want before and after", j, got)
+		}
+	}
+
+	edit, checked := checks(nil)
+	b3 = c.startLinked("b3", links, b3.dir, func(_ string, cfg *Config) { edit(cfg) })
+	for range 2 {
+		awaitCheck(t, checked, "reaching one of 2 peers", func(c peerCheck) bool { return c.peers == 2 && c.reached })
+	}
+	key := allocator.MemberKey(c.root, "z3", "b3")
+	resp, err := c.etcd.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Fatal("b3 announced itself while it could not reach b1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	announced := c.etcd.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1))
+	links.Heal("b1", "b3")
+	for ev := range announced {
+		if len(ev.Events) != 0 && ev.Events[0].Type == clientv3.EventTypePut {
+			return
+		}
+	}
+	t.Fatal("b3 did not announce itself within 30s of the cut healing")
+}
+
+// A broker that nobody reaches, but that keeps its lease and does not
+// resign (its isolation check is off here; a hung process is the same),
+// is reported cut by every other broker, and is the only one the reports
+// choose: the others, each cut from it alone, do not resign.
+func TestBrokersCutFromAHungOneStay(t *testing.T) {
+	watched := map[string]<-chan peerCheck{}
+	hooks := map[string]func(*Config){}
+	for _, name := range []string{"b2", "b3"} {
+		hooks[name], watched[name] = checks(nil)
+	}
+	c, links := linked(t, func(name string, cfg *Config) {
+		if name == "b1" {
+			cfg.IsolationTimeout = -1
+		} else {
+			hooks[name](cfg)
+		}
+	})
+	for _, ch := range watched {
+		awaitCheck(t, ch, "reaching 2 peers", func(c peerCheck) bool { return c.peers == 2 && c.reached })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.etcd.Get(ctx, c.root+CutsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := c.etcd.Watch(ctx, c.root+CutsPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	// b3 has the greatest name: were the cuts judged pair by pair, it
+	// would resign for its cut from b1.
+	links.Cut("b1", "b2")
+	links.Cut("b1", "b3")
+	reporters := map[string]bool{}
+	for ev := range reports {
+		for _, e := range ev.Events {
+			if e.Type == clientv3.EventTypePut {
+				reporters[string(e.Kv.Key)] = true
+			}
+		}
+		if len(reporters) == 2 {
+			break
+		}
+	}
+	if len(reporters) != 2 {
+		t.Fatalf("within 30s, only %v reported their cut from b1", reporters)
+	}
+	for _, ch := range watched {
+		for range 3 {
+			awaitCheck(t, ch, "after the reports", func(peerCheck) bool { return true })
+		}
+	}
+	for _, name := range []string{"b1", "b2", "b3"} {
+		select {
+		case err := <-c.brokers[name].done:
+			t.Errorf("broker %s stopped: %v; none should resign for a hung peer", name, err)
+		default:
+		}
+	}
+}
