@@ -63,9 +63,11 @@
 //
 // A broker that reaches etcd but none of its peers keeps its lease, and
 // stays on routes whose pipelines it breaks. It resigns (revokes its
-// lease, so its journals move at once) after Config.IsolationTimeout, and
-// a broker starting waits until it reaches a peer before it announces
-// itself. See isolation.go for what is decided and what is not.
+// lease, so its journals move at once) after Config.IsolationTimeout.
+// Brokers cut off from some peers only report those peers in etcd, and
+// the reports choose, the same for every broker, which of them resign
+// (cuts.go). A broker starting waits until it reaches its peers before it
+// announces itself. See isolation.go for what is decided and what is not.
 //
 // # Fragments
 //

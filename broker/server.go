@@ -48,8 +48,10 @@ type Config struct {
 	// IsolationTimeout is how long the broker may reach etcd but none of
 	// its peers (while it has two or more) before it resigns: it revokes
 	// its lease, so that its journals move to brokers that can replicate
-	// them, and Run returns an error wrapping ErrIsolated. Zero means three
-	// times LeaseTTL; negative disables the check. See isolation.go.
+	// them, and Run returns an error wrapping ErrIsolated. It is also how
+	// long a peer goes unreached before the broker reports it cut, which
+	// may choose this broker or that peer to resign (see cuts.go). Zero
+	// means three times LeaseTTL; negative disables both. See isolation.go.
 	IsolationTimeout time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
 	MaxTxnOps int

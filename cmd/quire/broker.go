@@ -88,7 +88,7 @@ fail over when its lease expires.`,
 	fl.IntVar(&f.limit, "limit", 1024, "most journals the broker serves")
 	fl.DurationVar(&f.lease, "lease", 10*time.Second, "how long the broker's keys outlive it if it dies")
 	fl.DurationVar(&f.drain, "drain-timeout", 20*time.Second, "how long a drain waits for other brokers to take the broker's journals; then those left fail over at once (0: wait as long as it takes)")
-	fl.DurationVar(&f.isolation, "isolation-timeout", 0, "how long the broker may reach etcd but none of its peers (two or more) before it gives its journals up and exits (default 3 × --lease; negative: never)")
+	fl.DurationVar(&f.isolation, "isolation-timeout", 0, "how long the broker may reach etcd but none of its peers (two or more) before it gives its journals up and exits; also how long a peer goes unreached before the broker reports it cut, and the reports choose which broker of a cut resigns (default 3 × --lease; negative: never)")
 	fl.StringVar(&f.metrics, "metrics", "", "host:port serving Prometheus metrics at /metrics (default: none)")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the broker's etcd client")
@@ -232,7 +232,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		err = errors.New("stopped at once, without draining: its journals fail over when its lease expires")
 	case errors.Is(err, broker.ErrIsolated):
-		err = fmt.Errorf("it gave its journals up to other brokers (check the network between brokers); start it again on the same --dir: it serves again once it reaches a peer: %w", err)
+		err = fmt.Errorf("it gave its journals up to other brokers (check the network between brokers); start it again on the same --dir: it serves again once it reaches its peers: %w", err)
 	case errors.Is(err, allocator.ErrMemberGone):
 		err = fmt.Errorf("its lease expired (was it cut off from etcd for longer than --lease %s?) and its journals moved to other brokers; start it again on the same --dir: its spools are recovered: %w", f.lease, err)
 	}
