@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/internal/tlstest"
 	"github.com/quire-dev/quire/protocol"
@@ -146,16 +146,6 @@ func TestServeDefaults(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // serve runs a consumer process of the counter (with its own service) as
 // Main's serve command does, answers the Shard service and the
 // application's, and drains on SIGTERM.
@@ -165,9 +155,9 @@ func TestServe(t *testing.T) {
 	b := bc.Start("b1")
 	journals := bc.Client(b)
 	root := strings.TrimSuffix(bc.Root, "/") + "-served/"
-	port := freePort(t)
+	port := freeport.Port(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	dir := t.TempDir()
 	t.Setenv("QUIRE_BROKER", b.Endpoint) // Flags fall back to the environment.
 	t.Setenv("QUIRE_METRICS", metricsAddr)
@@ -312,7 +302,7 @@ func TestServeTLS(t *testing.T) {
 	b := bc.Start("b1")
 	journals := bc.Client(b)
 	root := strings.TrimSuffix(bc.Root, "/") + "-tls/"
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	addr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	serveCtx, stop := context.WithCancel(ctx)

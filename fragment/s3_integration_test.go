@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +23,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/quire-dev/quire/internal/freeport"
 )
 
 const (
@@ -54,31 +54,6 @@ func weedBinary() string {
 	return p
 }
 
-// freePorts returns n distinct loopback TCP ports that were free a moment
-// ago, below the Linux ephemeral range so that no outbound connection
-// takes one before weed binds it.
-func freePorts(t *testing.T, n int) []int {
-	seen := map[int]bool{}
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 1000 {
-			t.Fatal("found no free ports")
-		}
-		p := 15000 + rand.IntN(17000)
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		ports = append(ports, p)
-	}
-	return ports
-}
-
 // startWeed starts `weed mini` with an S3 gateway whose one identity has
 // the weedAccessKey and weedSecretKey, and bucket weedBucket. It returns
 // the S3 endpoint (host:port) once the gateway answers, and stops weed
@@ -102,7 +77,10 @@ func startWeed(t *testing.T) string {
 	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := freePorts(t, 10)
+	p := make([]int, 10)
+	for i := range p {
+		p[i] = freeport.Port(t)
+	}
 	endpoint := fmt.Sprintf("127.0.0.1:%d", p[0])
 	args := []string{
 		"-logdir=" + dir,
@@ -350,7 +328,7 @@ func TestS3Integration(t *testing.T) {
 
 	t.Run("ServerDown", func(t *testing.T) {
 		// A port with nothing listening: errors, not hangs.
-		down := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+		down := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 		s, err := Open(context.Background(), "s3://"+weedBucket+"/?endpoint="+down+"&insecure=true&region=us-east-1")
 		if err != nil {
 			t.Fatal(err)

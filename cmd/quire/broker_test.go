@@ -12,12 +12,13 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/internal/etcdtest"
 	"github.com/quire-dev/quire/internal/faultnet"
+	"github.com/quire-dev/quire/internal/freeport"
 )
 
 // broker serve joins the fleet, serves journals, and drains on SIGTERM.
 func TestBrokerServe(t *testing.T) {
 	etcd, root := etcdtest.Client(t)
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	addr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	t.Setenv("QUIRE_DIR", t.TempDir()) // Flags fall back to the environment.
 	done := make(chan result, 1)
 	go func() {
@@ -92,7 +93,7 @@ func TestBrokerServeLeaseExpired(t *testing.T) {
 	etcd, root := etcdtest.Client(t)
 	var sw faultnet.Switch
 	proxy := sw.Proxy(t, strings.TrimPrefix(etcdtest.Shared(t).Endpoint(), "http://"))
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	addr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	done := make(chan result, 1)
 	go func() {
 		done <- quire(context.Background(), nil, "broker", "serve", "--etcd", "http://"+proxy,

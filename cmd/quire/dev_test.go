@@ -23,6 +23,7 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/examples/wordcount/wordcountpb"
+	"github.com/quire-dev/quire/internal/freeport"
 )
 
 // devProcess is `quire dev` running as a process: the test binary,
@@ -39,7 +40,7 @@ type devProcess struct {
 type devPorts struct{ broker, etcd, peer, consumer, metrics int }
 
 func freeDevPorts(t *testing.T) devPorts {
-	return devPorts{freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)}
+	return devPorts{freeport.Port(t), freeport.Port(t), freeport.Port(t), freeport.Port(t), freeport.Port(t)}
 }
 
 func (p devPorts) args() []string {

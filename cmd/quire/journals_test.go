@@ -24,6 +24,7 @@ import (
 
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -421,21 +422,11 @@ func TestJournalsBrokerFromEnv(t *testing.T) {
 		t.Errorf("list with QUIRE_BROKER: %q, %v", r.stdout, r.err)
 	}
 	t.Setenv("QUIRE_BROKER", "")
-	port := freePort(t)
+	port := freeport.Port(t)
 	r := quire(context.Background(), nil, "journals", "list", "--broker", "127.0.0.1:"+strconv.Itoa(port), "--timeout", "300ms")
 	if r.err == nil || !strings.Contains(r.err.Error(), "no answer from broker") {
 		t.Errorf("list of a broker that is not there: %v", r.err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func TestBench(t *testing.T) {

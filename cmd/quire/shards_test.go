@@ -22,6 +22,7 @@ import (
 	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/consumertest"
+	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/message"
 	"github.com/quire-dev/quire/protocol"
 	"github.com/quire-dev/quire/recoverylog"
@@ -525,7 +526,7 @@ func TestShardsCommands(t *testing.T) {
 	if r := quire(context.Background(), nil, "shards", "list"); r.err != nil || !strings.Contains(r.stdout, "counts/shard-0") {
 		t.Errorf("list with QUIRE_CONSUMER: %q, %v", r.stdout, r.err)
 	}
-	r = quire(context.Background(), nil, "shards", "list", "--consumer", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--timeout", "300ms")
+	r = quire(context.Background(), nil, "shards", "list", "--consumer", "127.0.0.1:"+strconv.Itoa(freeport.Port(t)), "--timeout", "300ms")
 	if r.err == nil || !strings.Contains(r.err.Error(), "no answer from consumer") {
 		t.Errorf("list of a consumer that is not there: %v", r.err)
 	}
@@ -619,7 +620,7 @@ func TestShardsBadInput(t *testing.T) {
 	if code != 2 || stdout != "" || !strings.Contains(stderr, `--output "xml"`) {
 		t.Errorf("list -o xml: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	_, stderr, code = runBinary(t, "shards", "list", "--consumer", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--timeout", "200ms")
+	_, stderr, code = runBinary(t, "shards", "list", "--consumer", "127.0.0.1:"+strconv.Itoa(freeport.Port(t)), "--timeout", "200ms")
 	if code != 1 || !strings.Contains(stderr, "no answer from consumer") {
 		t.Errorf("list of no consumer: exit %d, stderr %q", code, stderr)
 	}

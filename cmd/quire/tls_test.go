@@ -11,6 +11,7 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/internal/tlstest"
 )
@@ -40,7 +41,7 @@ func TestBrokersServeMutualTLS(t *testing.T) {
 	defer cancel()
 	var addrs []string
 	for _, name := range []string{"b1", "b2"} {
-		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		addr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 		addrs = append(addrs, addr)
 		srvCtx, stop := context.WithCancel(context.Background())
 		done := make(chan result, 1)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/freeport"
 )
 
 func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
@@ -35,22 +35,12 @@ func run(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // The commands, as a user runs them: serve, setup, publish and query.
 func TestCommands(t *testing.T) {
 	bc := brokertest.New(t)
 	b := bc.Start("b1")
 	root := strings.TrimSuffix(bc.Root, "/") + "-wc/"
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	addr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	t.Setenv("QUIRE_BROKER", b.Endpoint)
 	t.Setenv("QUIRE_CONSUMER", addr)
 	t.Setenv("QUIRE_CONSUMER_PREFIX", root)

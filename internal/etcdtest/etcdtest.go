@@ -11,13 +11,14 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +26,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/quire-dev/quire/internal/freeport"
 )
 
 // Server is an embedded, single-member etcd server.
@@ -57,26 +60,38 @@ func Start(dir string, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("creating etcd data directory: %w", err)
 		}
 	}
-	clientPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	peerPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{
-		Dir:       dir,
-		clientURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", clientPort)},
-		peerURL:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", peerPort)},
-		maxTxnOps: opts.MaxTxnOps,
-	}
+	s := &Server{Dir: dir, maxTxnOps: opts.MaxTxnOps}
 	if opts.CertFile != "" {
-		s.clientURL.Scheme = "https"
 		s.tls = transport.TLSInfo{CertFile: opts.CertFile, KeyFile: opts.KeyFile,
 			TrustedCAFile: opts.TrustedCAFile, ClientCertAuth: opts.TrustedCAFile != ""}
 	}
-	return s, s.start()
+	// A port found free may be taken before etcd binds it (by another
+	// test process: go test runs packages in parallel), so a start that
+	// finds its port in use tries others.
+	for attempt := 1; ; attempt++ {
+		clientPort, err := freeport.Find()
+		if err != nil {
+			return nil, err
+		}
+		peerPort, err := freeport.Find()
+		if err != nil {
+			return nil, err
+		}
+		s.clientURL = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", clientPort)}
+		s.peerURL = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", peerPort)}
+		if opts.CertFile != "" {
+			s.clientURL.Scheme = "https"
+		}
+		err = s.start()
+		if err == nil || attempt == 5 || !inUse(err) {
+			return s, err
+		}
+	}
+}
+
+// inUse tells whether err is that of a port already in use.
+func inUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
 }
 
 func (s *Server) start() error {
@@ -146,14 +161,6 @@ func (s *Server) Close() {
 	os.RemoveAll(s.Dir)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 var (
 	shared     *Server
