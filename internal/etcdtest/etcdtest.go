@@ -161,7 +161,6 @@ func (s *Server) Close() {
 	os.RemoveAll(s.Dir)
 }
 
-
 var (
 	shared     *Server
 	sharedErr  error

@@ -131,8 +131,8 @@ func (s *Switch) forward(in net.Conn, target string) {
 // zero Links cuts nothing.
 type Links struct {
 	mu    sync.Mutex
-	names map[string]string              // address → node
-	cut   map[[2]string]bool             // pairs, in order
+	names map[string]string               // address → node
+	cut   map[[2]string]bool              // pairs, in order
 	conns map[[2]string]map[net.Conn]bool // open, per pair
 }
 
