@@ -23,8 +23,10 @@ import (
 // the peers it has not reached for its isolation timeout (a cut report,
 // at CutsPrefix). From the reports of the announced brokers, every broker
 // computes the same set of brokers to resign (resigners): removing them
-// leaves no two announced brokers cut from each other. A broker in that
-// set resigns, and its journals move to brokers that reach each other.
+// leaves no two announced brokers cut from each other. A broker that the
+// reports choose for half its isolation timeout (every report of the cut
+// is in by then) resigns, and its journals move to brokers that reach
+// each other.
 //
 // The set is chosen greedily, the broker with the most cuts first: a
 // broker that nobody reaches (hung, or behind a firewall, but keeping its

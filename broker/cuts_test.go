@@ -133,6 +133,7 @@ func TestBrokersCutFromEachOtherOneResigns(t *testing.T) {
 	for _, name := range []string{"b1", "b2"} {
 		select {
 		case err := <-c.brokers[name].done:
+			c.brokers[name].done <- err // For the cleanup's stop.
 			t.Fatalf("broker %s stopped: %v; only b3 should resign", name, err)
 		default:
 		}
@@ -223,8 +224,30 @@ func TestBrokersCutFromAHungOneStay(t *testing.T) {
 	for _, name := range []string{"b1", "b2", "b3"} {
 		select {
 		case err := <-c.brokers[name].done:
+			c.brokers[name].done <- err // For the cleanup's stop.
 			t.Errorf("broker %s stopped: %v; none should resign for a hung peer", name, err)
 		default:
+		}
+	}
+}
+
+func TestPeerWatchChosen(t *testing.T) {
+	t0 := time.Now()
+	var w peerWatch
+	for _, step := range []struct {
+		at     time.Duration
+		chosen bool
+		want   bool
+	}{
+		{0, true, false},
+		{time.Second, true, false},
+		{2 * time.Second, false, false}, // A later report chose another.
+		{3 * time.Second, true, false},
+		{4 * time.Second, true, false},
+		{5 * time.Second, true, true},
+	} {
+		if got := w.chosen(step.chosen, t0.Add(step.at), 2*time.Second); got != step.want {
+			t.Errorf("at %v, chosen %v: resign %v, want %v", step.at, step.chosen, got, step.want)
 		}
 	}
 }

@@ -69,6 +69,24 @@ type peerWatch struct {
 	// one left, under a lease not yet expired).
 	reported []string
 	written  bool
+	// choice is when the cut reports began to choose this broker to
+	// resign, and chose it at every round since; zero if they do not.
+	choice time.Time
+}
+
+// chosen records whether the cut reports choose the broker to resign at
+// now, and tells whether they have chosen it for grace. The two sides
+// of a cut report it rounds apart, and a report alone may choose wrongly
+// (of a broker that nobody reaches, each report alone makes a pair whose
+// greater name goes): the grace lets all reports in.
+func (w *peerWatch) chosen(chosen bool, now time.Time, grace time.Duration) bool {
+	switch {
+	case !chosen:
+		w.choice = time.Time{}
+	case w.choice.IsZero():
+		w.choice = now
+	}
+	return chosen && now.Sub(w.choice) >= grace
 }
 
 // observe records a round of checks made at now: reached tells, for
@@ -148,7 +166,7 @@ func (s *Server) watchPeers(ctx context.Context, resign chan<- struct{}) error {
 				w.reported, w.written = unreached, true
 			}
 		}
-		if slices.Contains(resigners(memberNames(state), s.cutsOf(kvs)), s.name()) {
+		if w.chosen(slices.Contains(resigners(memberNames(state), s.cutsOf(kvs)), s.name()), now, timeout/2) {
 			return s.resign(resign, fmt.Errorf("%w: cut off from %s (unreached, it reports: %v), while others reach each other; it is the broker chosen to resign (see --isolation-timeout)",
 				ErrIsolated, strings.Join(unreachedBy(s.name(), s.cutsOf(kvs)), ", "), unreached))
 		}

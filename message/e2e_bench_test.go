@@ -19,7 +19,9 @@ import (
 // benchFramings are the framings of the end-to-end benchmarks, a new
 // message of each, and n messages of 85–100 bytes framed: JSON's those
 // of benchMessages, protobuf's testpb.Events (the UUID in a bytes field,
-// as an application's would be).
+// as an application's would be), encoded and decoded by their vtprotobuf
+// methods, and the same as testpb.PlainEvents, through protobuf's
+// reflection.
 var benchFramings = []struct {
 	name     string
 	f        message.Framing
@@ -29,16 +31,27 @@ var benchFramings = []struct {
 	{"json", message.JSONLines, func() message.Message { return &framingJSONMessage{} },
 		func(n int) []message.Message { return benchMessages(message.JSONLines, n) }},
 	{"proto", message.Protobuf, func() message.Message { return &testpb.Event{} }, benchEvents},
+	{"proto-reflect", message.Protobuf, func() message.Message { return &testpb.PlainEvent{} }, benchPlainEvents},
 }
 
 func benchEvents(n int) []message.Message {
 	msgs := make([]message.Message, n)
 	for i := range msgs {
-		msgs[i] = &testpb.Event{Kind: "click /products/" + strconv.Itoa(1000000+i) + "/details",
-			User: "user-" + strconv.Itoa(10000+i%90000) + "@example.com", Count: int64(1000000 + i)}
+		msgs[i] = &testpb.Event{Kind: benchKind(i), User: benchUser(i), Count: int64(1000000 + i)}
 	}
 	return msgs
 }
+
+func benchPlainEvents(n int) []message.Message {
+	msgs := make([]message.Message, n)
+	for i := range msgs {
+		msgs[i] = &testpb.PlainEvent{Kind: benchKind(i), User: benchUser(i), Count: int64(1000000 + i)}
+	}
+	return msgs
+}
+
+func benchKind(i int) string { return "click /products/" + strconv.Itoa(1000000+i) + "/details" }
+func benchUser(i int) string { return "user-" + strconv.Itoa(10000+i%90000) + "@example.com" }
 
 // BenchmarkPublishRead publishes b.N small messages (about 100 bytes
 // framed, see benchMessages) through one broker and reads them back,
