@@ -47,10 +47,37 @@ func reportRate(b *testing.B, bytes int64, cpu time.Duration) {
 	b.ReportMetric(float64(b.N)/(brokertest.CPUTime()-cpu).Seconds(), "msgs/cpu-s")
 }
 
+// microFramings are the framings of the encoding and decoding
+// benchmarks, with their messages: protobuf's through reflection
+// (google.protobuf.Api, as benchMessages makes them, and
+// testpb.PlainEvent) and through vtprotobuf's methods (testpb.Event, the
+// same fields), as the end-to-end benchmarks use them.
+var microFramings = []struct {
+	name     string
+	f        message.Framing
+	messages func(n int) []message.Message
+}{
+	{"json", message.JSONLines, func(n int) []message.Message { return benchMessages(message.JSONLines, n) }},
+	{"proto", message.Protobuf, func(n int) []message.Message { return benchMessages(message.Protobuf, n) }},
+	{"proto-plain", message.Protobuf, func(n int) []message.Message { return stamped(benchPlainEvents(n)) }},
+	{"proto-vt", message.Protobuf, func(n int) []message.Message { return stamped(benchEvents(n)) }},
+}
+
+// stamped sets UUIDs on msgs, and returns them.
+func stamped(msgs []message.Message) []message.Message {
+	p, c := message.NewProducerID(), message.NewClock(time.Now())
+	for _, m := range msgs {
+		c.Tick()
+		m.SetUUID(message.BuildUUID(p, c, message.OutsideTxn))
+	}
+	return msgs
+}
+
 func BenchmarkMarshal(b *testing.B) {
-	for _, f := range []message.Framing{message.JSONLines, message.Protobuf} {
-		b.Run(f.Name(), func(b *testing.B) {
-			msgs := benchMessages(f, 1000)
+	for _, mf := range microFramings {
+		f := mf.f
+		b.Run(mf.name, func(b *testing.B) {
+			msgs := mf.messages(1000)
 			var n countWriter
 			w := bufio.NewWriterSize(&n, 64<<10)
 			b.ReportAllocs()
@@ -75,9 +102,9 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// benchUnpack unpacks b.N frames of f, and with decode, unmarshals each.
-func benchUnpack(b *testing.B, f message.Framing, decode bool) {
-	msgs := benchMessages(f, 10000)
+// benchUnpack unpacks b.N frames of f, of msgs, and with decode,
+// unmarshals each.
+func benchUnpack(b *testing.B, f message.Framing, msgs []message.Message, decode bool) {
 	var buf bytes.Buffer
 	w := bufio.NewWriter(&buf)
 	for _, m := range msgs {
@@ -117,14 +144,14 @@ func benchUnpack(b *testing.B, f message.Framing, decode bool) {
 }
 
 func BenchmarkUnpack(b *testing.B) {
-	for _, f := range []message.Framing{message.JSONLines, message.Protobuf} {
-		b.Run(f.Name(), func(b *testing.B) { benchUnpack(b, f, false) })
+	for _, mf := range microFramings[:2] {
+		b.Run(mf.name, func(b *testing.B) { benchUnpack(b, mf.f, mf.messages(10000), false) })
 	}
 }
 
 func BenchmarkUnpackUnmarshal(b *testing.B) {
-	for _, f := range []message.Framing{message.JSONLines, message.Protobuf} {
-		b.Run(f.Name(), func(b *testing.B) { benchUnpack(b, f, true) })
+	for _, mf := range microFramings {
+		b.Run(mf.name, func(b *testing.B) { benchUnpack(b, mf.f, mf.messages(10000), true) })
 	}
 }
 
