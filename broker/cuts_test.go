@@ -10,7 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
-	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/internal/faultnet"
 )
 
@@ -147,28 +146,11 @@ func TestBrokersCutFromEachOtherOneResigns(t *testing.T) {
 	}
 
 	edit, checked := checks(nil)
-	b3 = c.startLinked("b3", links, b3.dir, func(_ string, cfg *Config) { edit(cfg) })
+	c.startLinked("b3", links, b3.dir, func(_ string, cfg *Config) { edit(cfg) })
 	for range 2 {
 		awaitCheck(t, checked, "reaching one of 2 peers", func(c peerCheck) bool { return c.peers == 2 && c.reached })
 	}
-	key := allocator.MemberKey(c.root, "z3", "b3")
-	resp, err := c.etcd.Get(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Kvs) != 0 {
-		t.Fatal("b3 announced itself while it could not reach b1")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	announced := c.etcd.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1))
-	links.Heal("b1", "b3")
-	for ev := range announced {
-		if len(ev.Events) != 0 && ev.Events[0].Type == clientv3.EventTypePut {
-			return
-		}
-	}
-	t.Fatal("b3 did not announce itself within 30s of the cut healing")
+	c.awaitAnnouncedOnlyAfter(t, "b3", "its cut from b1 heals", func() { links.Heal("b1", "b3") })
 }
 
 // A broker that nobody reaches, but that keeps its lease and does not

@@ -80,24 +80,31 @@ func TestIsolatedBrokerWaitsForPeersToServe(t *testing.T) {
 	for range 2 {
 		awaitCheck(t, checked, "reaching none of 2 peers", func(c peerCheck) bool { return c.peers == 2 && !c.reached })
 	}
-	key := allocator.MemberKey(c.root, "z1", "b1")
+	c.awaitAnnouncedOnlyAfter(t, "b1", "its peers are reached again", sw.net.Heal)
+}
+
+// awaitAnnouncedOnlyAfter checks that broker name is not announced, then
+// calls heal and waits until it is (for up to 30s).
+func (c *cluster) awaitAnnouncedOnlyAfter(t *testing.T, name, healed string, heal func()) {
+	t.Helper()
+	key := allocator.MemberKey(c.root, "z"+name[len(name)-1:], name)
 	resp, err := c.etcd.Get(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) != 0 {
-		t.Fatal("the broker announced itself while it reached none of its peers")
+		t.Fatalf("%s announced itself before %s", name, healed)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	announced := c.etcd.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1))
-	sw.net.Heal()
+	heal()
 	for ev := range announced {
 		if len(ev.Events) != 0 && ev.Events[0].Type == clientv3.EventTypePut {
 			return
 		}
 	}
-	t.Fatal("the broker did not announce itself within 30s of reaching its peers")
+	t.Fatalf("%s did not announce itself within 30s once %s", name, healed)
 }
 
 // Peers that die (rather than become unreachable) leave etcd when their
