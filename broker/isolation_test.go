@@ -64,15 +64,7 @@ func TestIsolatedBrokerWaitsForPeersToServe(t *testing.T) {
 	}
 	b1, sw := c.brokers["b1"], switches["b1"]
 	sw.net.Cut()
-	select {
-	case err := <-b1.done:
-		b1.done <- err
-		if !errors.Is(err, ErrIsolated) {
-			t.Fatalf("the broker cut from its peers stopped with %v, want ErrIsolated", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the broker cut from its peers did not resign")
-	}
+	awaitResigned(t, b1, "cut from its peers")
 	c.stop(b1)
 
 	edit, checked := checks(short)
@@ -81,6 +73,21 @@ func TestIsolatedBrokerWaitsForPeersToServe(t *testing.T) {
 		awaitCheck(t, checked, "reaching none of 2 peers", func(c peerCheck) bool { return c.peers == 2 && !c.reached })
 	}
 	c.awaitAnnouncedOnlyAfter(t, "b1", "its peers are reached again", sw.net.Heal)
+}
+
+// awaitResigned waits up to 30s for broker b, which is what says, to
+// resign (its Run to end with ErrIsolated).
+func awaitResigned(t *testing.T, b *testBroker, what string) {
+	t.Helper()
+	select {
+	case err := <-b.done:
+		b.done <- err // For the cleanup's stop.
+		if !errors.Is(err, ErrIsolated) {
+			t.Fatalf("%s, %s, stopped with %v, want ErrIsolated", b.name, what, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s, %s, did not resign within 30s", b.name, what)
+	}
 }
 
 // awaitAnnouncedOnlyAfter checks that broker name is not announced, then
