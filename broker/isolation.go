@@ -131,7 +131,7 @@ func (w *peerWatch) unreached(now time.Time, timeout time.Duration) []string {
 func (s *Server) watchPeers(ctx context.Context, resign chan<- struct{}) error {
 	defer peersUnreached.Set(0)
 	defer peersCut.Set(0)
-	interval, timeout := s.cfg.checkInterval(), s.cfg.isolationTimeout()
+	interval := s.cfg.checkInterval()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	w := peerWatch{last: time.Now(), since: map[string]time.Time{}}
@@ -141,45 +141,54 @@ func (s *Server) watchPeers(ctx context.Context, resign chan<- struct{}) error {
 			return nil
 		case <-tick.C:
 		}
-		state, _ := s.resolver.snapshot()
-		kvs, _ := s.ks.Snapshot()
-		peers := s.peers(state)
-		reached := s.check(ctx, peers, interval)
-		if ctx.Err() != nil {
-			return nil
-		}
-		now := time.Now()
-		w.observe(reached, now)
-		s.checked(reached)
-		alone := now.Sub(w.last)
-		peersUnreached.Set(alone.Seconds())
-		if alone >= timeout {
-			return s.resign(resign, fmt.Errorf("%w: reached etcd, but none of its %d peers for %s (--isolation-timeout %s)",
-				ErrIsolated, len(peers), alone.Round(time.Second), timeout))
-		}
-		unreached := w.unreached(now, timeout)
-		peersCut.Set(float64(len(unreached)))
-		if !w.written || !slices.Equal(unreached, w.reported) {
-			if err := s.reportCuts(ctx, state, unreached); err != nil {
-				s.log.Warn("reporting the peers it cannot reach failed; retrying", "unreached", unreached, "err", err)
-			} else {
-				w.reported, w.written = unreached, true
-			}
-		}
-		if w.chosen(slices.Contains(resigners(memberNames(state), s.cutsOf(kvs)), s.name()), now, timeout/2) {
-			return s.resign(resign, fmt.Errorf("%w: cut off from %s (unreached, it reports: %v), while others reach each other; it is the broker chosen to resign (see --isolation-timeout)",
-				ErrIsolated, strings.Join(unreachedBy(s.name(), s.cutsOf(kvs)), ", "), unreached))
+		if why := s.watchRound(ctx, &w, interval); why != nil && ctx.Err() == nil {
+			s.log.Error("resigning, so that its journals move to brokers that reach each other", "err", why)
+			s.isolated.Store(true)
+			close(resign)
+			return why
 		}
 	}
 }
 
-// resign records that the broker resigns for err, closes resign, and
-// returns err.
-func (s *Server) resign(resign chan<- struct{}, err error) error {
-	s.log.Error("resigning, so that its journals move to brokers that reach each other", "err", err)
-	s.isolated.Store(true)
-	close(resign)
-	return err
+// watchRound checks the broker's peers once, and reports those it has
+// not reached for the isolation timeout. It returns why the broker must
+// resign, if it must.
+func (s *Server) watchRound(ctx context.Context, w *peerWatch, interval time.Duration) error {
+	timeout := s.cfg.isolationTimeout()
+	state, _ := s.resolver.snapshot()
+	if state == nil {
+		return nil
+	}
+	kvs, _ := s.ks.Snapshot()
+	peers := s.peers(state)
+	reached := s.check(ctx, peers, interval)
+	if ctx.Err() != nil {
+		return nil
+	}
+	now := time.Now()
+	w.observe(reached, now)
+	s.checked(reached)
+	alone := now.Sub(w.last)
+	peersUnreached.Set(alone.Seconds())
+	if alone >= timeout {
+		return fmt.Errorf("%w: reached etcd, but none of its %d peers for %s (--isolation-timeout %s)",
+			ErrIsolated, len(peers), alone.Round(time.Second), timeout)
+	}
+	unreached := w.unreached(now, timeout)
+	peersCut.Set(float64(len(unreached)))
+	if !w.written || !slices.Equal(unreached, w.reported) {
+		if err := s.reportCuts(ctx, state, unreached); err != nil {
+			s.log.Warn("reporting the peers it cannot reach failed; retrying", "unreached", unreached, "err", err)
+		} else {
+			w.reported, w.written = unreached, true
+		}
+	}
+	cuts := s.cutsOf(kvs)
+	if w.chosen(slices.Contains(resigners(memberNames(state), cuts), s.name()), now, timeout/2) {
+		return fmt.Errorf("%w: cut off from %s (unreached, it reports: %v), while others reach each other; it is the broker chosen to resign (see --isolation-timeout)",
+			ErrIsolated, strings.Join(unreachedBy(s.name(), cuts), ", "), unreached)
+	}
+	return nil
 }
 
 // unreachedBy returns, sorted, the brokers that name or that report name
