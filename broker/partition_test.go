@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/faultnet"
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -234,4 +237,62 @@ func (w *writers) stop() ([]acked, map[string]bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.ok, w.failed
+}
+
+// A reader tailing a journal through a broker that freezes (its machine
+// stops answering, its connections stay open: a blackhole, not a cut) is
+// not stuck on it: once the broker's lease expires and the others take
+// the journal over, the reader's stream fails by keepalive, and the
+// reader reads on through the others, with no byte missed or repeated.
+func TestReaderOfAFrozenBrokerMovesOn(t *testing.T) {
+	c := newCluster(t)
+	switches := map[string]*partitionable{}
+	for _, name := range []string{"b1", "b2", "b3"} {
+		switches[name] = &partitionable{}
+		c.startPartitionable(name, switches[name], nil)
+	}
+	b1, b2 := c.brokers["b1"], c.brokers["b2"]
+	const journal = "logs/frozen"
+	c.journal(b2, journal, 3)
+	c.awaitRoute(b2, journal, 3)
+	c.appendRetry(b2, journal, []byte("before\n"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Through b1, and in its zone, the client reads from b1.
+	cl, err := client.New(ctx, client.Config{Broker: b1.srv.cfg.Endpoint, Zone: b1.srv.cfg.Zone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := cl.NewReader(ctx, client.ReadRequest{Journal: journal, Block: true})
+	defer r.Close()
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		br := bufio.NewReader(r)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
+	if got := <-lines; got != "before\n" {
+		t.Fatalf("read %q, want before", got)
+	}
+
+	switches["b1"].net.Blackhole()
+	switches["b1"].etcd.Blackhole()
+	c.awaitRouteWithout(b2, journal, b1) // Its lease expired.
+	c.appendRetry(b2, journal, []byte("after\n"))
+	select {
+	case got := <-lines:
+		if got != "after\n" {
+			t.Fatalf("read %q after the freeze, want after", got)
+		}
+	case <-time.After(30*time.Second + 3*(rpcbuf.KeepaliveTime+rpcbuf.KeepaliveTimeout)):
+		t.Fatal("the reader is still stuck on the frozen broker")
+	}
 }

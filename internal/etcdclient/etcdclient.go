@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 )
 
@@ -27,7 +28,11 @@ func Dial(ctx context.Context, endpoints string, files tlsconfig.Files, prefix s
 	for _, e := range strings.Split(endpoints, ",") {
 		eps = append(eps, strings.TrimSpace(e))
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: timeout, Logger: zap.NewNop(), TLS: tls})
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: timeout, Logger: zap.NewNop(), TLS: tls,
+		// Keepalives, so that a watch on an etcd member whose machine froze
+		// or whose network drops packets fails over to another member, as
+		// Quire's own connections do (see rpcbuf.KeepaliveTime).
+		DialKeepAliveTime: rpcbuf.KeepaliveTime, DialKeepAliveTimeout: rpcbuf.KeepaliveTimeout, PermitWithoutStream: true})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
 	}

@@ -1,13 +1,14 @@
 // Package faultnet partitions in-process servers in tests: a Switch
 // carries a server's connections (its listeners' proxies, its outbound
 // dials) and cuts them all at once, as a network partition would, until
-// it is healed.
+// it is healed. Cut closes the connections, as a peer that resets them
+// would; Blackhole keeps them open but lets no byte through, as a
+// machine that froze or a network that drops packets would.
 package faultnet
 
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -22,24 +23,63 @@ type Switch struct {
 	mu    sync.Mutex
 	cut   bool
 	conns map[net.Conn]struct{}
+	// holed, if not nil, is open while the switch is blackholed, and
+	// closed when it heals.
+	holed chan struct{}
+}
+
+// Blackhole stops the bytes of the switch's connections, and the dials
+// through it, without closing them, until Heal.
+func (s *Switch) Blackhole() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holed == nil {
+		s.holed = make(chan struct{})
+	}
+}
+
+// pass waits until the switch lets bytes through, and tells whether it
+// does (rather than stop being closed).
+func (s *Switch) pass(stop <-chan struct{}) bool {
+	s.mu.Lock()
+	holed := s.holed
+	s.mu.Unlock()
+	if holed == nil {
+		return true
+	}
+	select {
+	case <-holed:
+		return true
+	case <-stop:
+		return false
+	}
 }
 
 // Cut closes the switch's connections, and refuses new ones until Heal.
+// It ends a blackhole: what waited on it fails.
 func (s *Switch) Cut() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cut = true
+	if s.holed != nil {
+		close(s.holed)
+		s.holed = nil
+	}
 	for c := range s.conns {
 		c.Close()
 	}
 	s.conns = nil
 }
 
-// Heal lets connections be made again.
+// Heal lets connections be made again, and bytes through.
 func (s *Switch) Heal() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cut = false
+	if s.holed != nil {
+		close(s.holed)
+		s.holed = nil
+	}
 }
 
 // track adds c to the switch's connections, or closes it if the switch is
@@ -65,7 +105,11 @@ func (s *Switch) untrack(c net.Conn) {
 }
 
 // Dial dials addr over TCP through the switch (for grpc.WithContextDialer).
+// While the switch is blackholed, it waits.
 func (s *Switch) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	if !s.pass(ctx.Done()) {
+		return nil, ctx.Err()
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -74,7 +118,36 @@ func (s *Switch) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if !s.track(c) {
 		return nil, ErrCut
 	}
-	return c, nil
+	return &gatedConn{Conn: c, s: s, closed: make(chan struct{})}, nil
+}
+
+// gatedConn is a connection dialed through a switch: while it is
+// blackholed, its reads and writes wait.
+type gatedConn struct {
+	net.Conn
+	s         *Switch
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.s.pass(c.closed) {
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	if !c.s.pass(c.closed) {
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *gatedConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
 
 // Proxy listens on a loopback port and forwards each connection to
@@ -105,7 +178,7 @@ func (s *Switch) Proxy(t testing.TB, target string) string {
 }
 
 // forward copies between in and a new connection to target until either
-// ends or the switch is cut.
+// ends or the switch is cut; while it is blackholed, bytes wait.
 func (s *Switch) forward(in net.Conn, target string) {
 	if !s.track(in) {
 		return
@@ -118,11 +191,40 @@ func (s *Switch) forward(in net.Conn, target string) {
 	}
 	defer s.untrack(out)
 	defer out.Close()
-	done := make(chan struct{}, 2)
-	go func() { io.Copy(out, in); out.Close(); done <- struct{}{} }()
-	go func() { io.Copy(in, out); in.Close(); done <- struct{}{} }()
-	<-done
-	<-done
+	stop := make(chan struct{})
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			close(stop)
+			in.Close()
+			out.Close()
+		})
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.copy(out, in, stop); end() })
+	wg.Go(func() { s.copy(in, out, stop); end() })
+	wg.Wait()
+}
+
+// copy copies src to dst, each read's bytes once the switch lets them
+// through, until either fails or stop is closed.
+func (s *Switch) copy(dst, src net.Conn, stop <-chan struct{}) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !s.pass(stop) {
+				return
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			s.pass(stop) // Nor does a close pass a blackhole.
+			return
+		}
+	}
 }
 
 // Links cuts the connections between pairs of named nodes, leaving each

@@ -1,6 +1,6 @@
 // Package rpcbuf holds the gRPC options of every Quire server and client
-// (ServerOptions, DialOptions): a buffer pool, a codec that uses it, and
-// transport sizes for bulk content.
+// (ServerOptions, DialOptions): a buffer pool, a codec that uses it,
+// transport sizes for bulk content, reconnection and keepalives.
 //
 // gRPC's default pool clears every buffer it hands out, over the buffer's
 // whole capacity, which is a power of two at least as large as the message;
@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
@@ -148,6 +149,8 @@ func ServerOptions() []grpc.ServerOption {
 		experimental.BufferPool(&shared), grpc.ForceServerCodecV2(codec{}),
 		grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
 		grpc.ReadBufferSize(socket), grpc.WriteBufferSize(socket),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
 	}
 }
 
@@ -158,8 +161,23 @@ func DialOptions() []grpc.DialOption {
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 		grpc.WithReadBufferSize(socket), grpc.WithWriteBufferSize(socket),
 		grpc.WithConnectParams(reconnect),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true}),
 	}
 }
+
+// Keepalives. A peer whose machine froze, lost power or was cut off by a
+// network that drops packets (rather than refuses them) leaves its
+// connections open: TCP notices only once it has data to resend, after
+// about fifteen minutes, and never on a connection that carries nothing,
+// such as a read waiting at a journal's write head. So each side pings
+// the other after KeepaliveTime without traffic, and closes the
+// connection if no answer comes within KeepaliveTimeout: its calls fail
+// as Unavailable, and clients retry elsewhere. Servers accept pings as
+// often as every KeepaliveTime/2, with or without calls in flight.
+const (
+	KeepaliveTime    = 10 * time.Second // gRPC's least for clients
+	KeepaliveTimeout = 5 * time.Second
+)
 
 // reconnect bounds the wait between attempts to reconnect to 5s. gRPC's
 // default grows it to two minutes, and a connection in backoff fails
