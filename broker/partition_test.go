@@ -266,18 +266,26 @@ func TestReaderOfAFrozenBrokerMovesOn(t *testing.T) {
 	}
 	defer cl.Close()
 	r := cl.NewReader(ctx, client.ReadRequest{Journal: journal, Block: true})
-	defer r.Close()
-	lines := make(chan string, 16)
+	lines, done := make(chan string), make(chan struct{})
 	go func() {
-		defer close(lines)
+		defer close(done)
 		br := bufio.NewReader(r)
 		for {
 			line, err := br.ReadString('\n')
 			if err != nil {
 				return
 			}
-			lines <- line
+			select {
+			case lines <- line:
+			case <-ctx.Done():
+				return
+			}
 		}
+	}()
+	defer func() {
+		cancel()
+		<-done // A Reader is not safe for concurrent use: Close once Read returned.
+		r.Close()
 	}()
 	if got := <-lines; got != "before\n" {
 		t.Fatalf("read %q, want before", got)
