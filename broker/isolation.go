@@ -312,8 +312,6 @@ func memberNames(state *allocator.State) []string {
 // status (a server without the health service answers Unimplemented);
 // only transport failures do not.
 func (s *Server) check(ctx context.Context, peers map[string]string, timeout time.Duration) map[string]bool {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	var mu sync.Mutex
 	reached := make(map[string]bool, len(peers))
 	var wg sync.WaitGroup
@@ -322,6 +320,10 @@ func (s *Server) check(ctx context.Context, peers map[string]string, timeout tim
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
+			// Each its own timeout: a check waiting for a slot behind
+			// unreachable peers still gets all of it.
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
 			ok := s.reach(ctx, endpoint)
 			mu.Lock()
 			defer mu.Unlock()
