@@ -27,6 +27,17 @@ var JSONLines Framing = jsonFraming{}
 
 // Protobuf is the framing of length-prefixed protocol buffers; its name
 // is "proto".
+//
+// A message whose Go type also has the methods that vtprotobuf's
+// protoc-gen-go-vtproto generates (features marshal, unmarshal and size)
+// is encoded and decoded by them rather than by protobuf's reflection:
+// the same bytes, two to three times faster for small messages. They
+// decode less strictly than proto.Unmarshal: they accept some malformed
+// encodings that no encoder writes (string fields that are not UTF-8,
+// over-long varints), and fail on a known field encoded in another wire
+// type than its own, which proto.Unmarshal keeps as an unknown field. The
+// unknown fields they keep are checked, so what they decode always
+// encodes and prints.
 var Protobuf Framing = protoFraming{}
 
 // FramingByName returns the framing named name: "json" (JSONLines) or
