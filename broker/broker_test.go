@@ -153,7 +153,11 @@ func TestKilledBrokerRecoversItsSpool(t *testing.T) {
 		c.appendRetry(b, "log/killed", rec)
 		want.Write(rec)
 	}
-	c.stop(b) // No drain, no flush: as kill -9.
+	// No drain, no flush: as kill -9, then its lease expiring (sooner).
+	// Revoked first, the lease would let the broker see its journal go,
+	// and persist its spool as a replica leaving a route does.
+	c.crash(b)
+	c.revokeLease(b)
 	entries, _ := os.ReadDir(filepath.Join(dir, "log%2Fkilled"))
 	if len(entries) == 0 {
 		t.Fatal("the killed broker left no spool behind")
