@@ -18,6 +18,9 @@ type entry struct {
 	frag  fragment.Fragment
 	spool *spool.Spool
 	rec   *spool.Recovered
+	// stored is the index's persist count when this broker persisted
+	// the fragment, or zero for fragments from a listing.
+	stored uint64
 }
 
 func (e entry) local() bool { return e.spool != nil || e.rec != nil }
@@ -61,8 +64,9 @@ func (r spoolReaderAt) ReadAt(p []byte, off int64) (int, error) { return r.s.Rea
 // index is a journal's fragments other than the current spool: local ones
 // awaiting persistence, and those listed from its stores.
 type index struct {
-	mu      sync.Mutex
-	entries []entry // sorted by begin, then end
+	mu       sync.Mutex
+	entries  []entry // sorted by begin, then end
+	persists uint64  // fragments this broker persisted, ever
 	loaded  chan struct{}
 	once    sync.Once
 	changed chan struct{}
@@ -89,22 +93,36 @@ func (ix *index) persisted(f fragment.Fragment) {
 	defer ix.mu.Unlock()
 	out := ix.entries[:0]
 	for _, e := range ix.entries {
-		if !(e.local() && e.frag.Begin == f.Begin && e.frag.End == f.End && e.frag.Sum == f.Sum) {
+		if !(e.local() && sameContent(e.frag, f)) {
 			out = append(out, e)
 		}
 	}
-	ix.entries = append(out, entry{frag: f})
+	ix.persists++
+	ix.entries = append(out, entry{frag: f, stored: ix.persists})
 	ix.sortAndNotify()
 }
 
-// replaceStored replaces the stored entries by a fresh listing, keeping
-// local ones.
-func (ix *index) replaceStored(listed []fragment.Fragment) {
+// listingMark is taken before listing the stores, and passed to
+// replaceStored with the listing.
+func (ix *index) listingMark() uint64 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.persists
+}
+
+// replaceStored replaces the stored entries by a listing that began at
+// mark, keeping local ones.
+//
+// Invariant: a fragment persisted after mark stays indexed. The listing
+// may have been taken before its upload; without it, the content would
+// be indexed neither as local nor as stored, and reads would jump past
+// it until the next listing.
+func (ix *index) replaceStored(listed []fragment.Fragment, mark uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	out := ix.entries[:0]
 	for _, e := range ix.entries {
-		if e.local() {
+		if e.local() || (e.stored > mark && !containsContent(listed, e.frag)) {
 			out = append(out, e)
 		}
 	}
@@ -113,6 +131,20 @@ func (ix *index) replaceStored(listed []fragment.Fragment) {
 	}
 	ix.entries = out
 	ix.sortAndNotify()
+}
+
+// sameContent reports whether a and b are the same journal content.
+func sameContent(a, b fragment.Fragment) bool {
+	return a.Begin == b.Begin && a.End == b.End && a.Sum == b.Sum
+}
+
+func containsContent(fs []fragment.Fragment, f fragment.Fragment) bool {
+	for _, g := range fs {
+		if sameContent(g, f) && g.Store == f.Store {
+			return true
+		}
+	}
+	return false
 }
 
 // drop removes a stored fragment found missing from its store (pruned or

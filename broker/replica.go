@@ -318,6 +318,7 @@ func (r *replica) prune(spec *protocol.JournalSpec) {
 // refresh lists every store of the journal into the index.
 func (r *replica) refresh() error {
 	spec, _, _ := r.view()
+	mark := r.index.listingMark()
 	var listed []fragment.Fragment
 	for _, url := range r.srv.storesOf(spec) {
 		store, err := r.srv.stores.get(r.ctx, url)
@@ -332,7 +333,7 @@ func (r *replica) refresh() error {
 			return fmt.Errorf("listing %s in %s: %w", r.journal, url, err)
 		}
 	}
-	r.index.replaceStored(listed)
+	r.index.replaceStored(listed, mark)
 	r.mu.Lock()
 	r.refreshed = time.Now()
 	r.mu.Unlock()
