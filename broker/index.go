@@ -67,9 +67,9 @@ type index struct {
 	mu       sync.Mutex
 	entries  []entry // sorted by begin, then end
 	persists uint64  // fragments this broker persisted, ever
-	loaded  chan struct{}
-	once    sync.Once
-	changed chan struct{}
+	loaded   chan struct{}
+	once     sync.Once
+	changed  chan struct{}
 }
 
 func newIndex() *index {
