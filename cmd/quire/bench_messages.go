@@ -12,27 +12,32 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/cmd/quire/internal/benchpb"
 	"github.com/quire-dev/quire/message"
 )
 
 type benchMessagesFlags struct {
-	journal, output string
-	body, rate      int
-	replication     int32
-	duration        time.Duration
+	journal, output, framing string
+	body, rate               int
+	replication              int32
+	duration                 time.Duration
 }
 
 func newBenchMessagesCommand(jf *journalsFlags) *cobra.Command {
 	var f benchMessagesFlags
 	cmd := &cobra.Command{
-		Use:   "messages [-j NAME] [--duration D] [--rate N] [--body BYTES] [--replication R]",
-		Short: "Publish JSON messages while a reader tails them, and report throughput and latency",
-		Long: `Publish small JSON messages (committed, one publisher) for --duration, at
+		Use:   "messages [-j NAME] [--framing json|proto] [--duration D] [--rate N] [--body BYTES] [--replication R]",
+		Short: "Publish messages while a reader tails them, and report throughput and latency",
+		Long: `Publish small messages (committed, one publisher) for --duration, at
 --rate messages/s (0: as fast as the journal takes them), while a message
 reader tails the journal, decoding and sequencing them as a consumer
 would. Reports messages/s published and read, the framed size, and the
 latency from publishing to reading (one message in 8 is timed; the
-publisher and the reader run in this process, so on one clock).`,
+publisher and the reader run in this process, so on one clock).
+
+--framing json publishes JSON lines; --framing proto, protobuf messages
+with vtprotobuf's generated methods, the fastest framing (see
+docs/messages.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBenchMessages(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), jf, f)
@@ -40,6 +45,7 @@ publisher and the reader run in this process, so on one clock).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.journal, "journal", "j", "bench/messages", "the journal to publish to")
+	fl.StringVar(&f.framing, "framing", "json", "framing of the messages: json or proto")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to publish")
 	fl.IntVar(&f.rate, "rate", 0, "messages per second to publish; 0 for as many as the journal takes")
 	fl.IntVar(&f.body, "body", 16, "bytes of each message's body (the framed message is about 90 bytes more)")
@@ -48,7 +54,7 @@ publisher and the reader run in this process, so on one clock).`,
 	return cmd
 }
 
-// benchMessage is what `bench messages` publishes.
+// benchMessage is what `bench messages` publishes as JSON.
 type benchMessage struct {
 	UUID message.UUID `json:"uuid"`
 	Seq  int64        `json:"seq"`  // -1 ends the run
@@ -59,10 +65,37 @@ type benchMessage struct {
 func (m *benchMessage) GetUUID() message.UUID                     { return m.UUID }
 func (m *benchMessage) SetUUID(u message.UUID)                    { m.UUID = u }
 func (m *benchMessage) NewAcknowledgement(string) message.Message { return &benchMessage{} }
+func (m *benchMessage) GetSeq() int64                             { return m.Seq }
+func (m *benchMessage) GetSent() int64                            { return m.Sent }
+
+// benchPayload is a message of `bench messages`, in either framing.
+type benchPayload interface {
+	message.Message
+	GetSeq() int64  // -1 ends the run
+	GetSent() int64 // Unix nanoseconds when published
+}
+
+// benchKind is a framing of `bench messages` and its message type.
+type benchKind struct {
+	framing message.Framing
+	make    func(seq, sent int64, body string) benchPayload
+}
+
+func (k benchKind) new() message.Message { return k.make(0, 0, "") }
+
+var benchKinds = map[string]benchKind{
+	"json": {message.JSONLines, func(seq, sent int64, body string) benchPayload {
+		return &benchMessage{Seq: seq, Sent: sent, Body: body}
+	}},
+	"proto": {message.Protobuf, func(seq, sent int64, body string) benchPayload {
+		return &benchpb.Message{Seq: seq, Sent: sent, Body: body}
+	}},
+}
 
 // benchMessagesResult is what `bench messages` reports.
 type benchMessagesResult struct {
 	Journal         string  `json:"journal"`
+	Framing         string  `json:"framing"`
 	Replication     int32   `json:"replication"`
 	Seconds         float64 `json:"seconds"`
 	Messages        int64   `json:"messages"`
@@ -79,6 +112,8 @@ func (f *benchMessagesFlags) validate() error {
 		return err
 	}
 	switch {
+	case benchKinds[f.framing].framing == nil:
+		return usagef("--framing %q: want json or proto", f.framing)
 	case f.rate < 0:
 		return usagef("--rate %d: want 0 (unlimited) or more", f.rate)
 	case f.body < 0 || f.body > 1<<20:
@@ -100,18 +135,18 @@ func runBenchMessages(ctx context.Context, stdout, stderr io.Writer, jf *journal
 	defer stop()
 	appender := c.NewAppender(ctx, client.AppenderConfig{})
 	defer appender.Close()
-	p := message.NewPublisher(appender, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))
+	kind := benchKinds[f.framing]
+	p := message.NewPublisher(appender, kind.framing, message.NewProducerID(), message.NewClock(time.Now()))
 	// A first message, untimed, waits for the journal to have its brokers;
 	// the reader starts after it.
-	begin, err := publishBench(ctx, p, f.journal, &benchMessage{Seq: 0})
+	begin, err := publishBench(ctx, p, f.journal, kind.make(0, 0, ""))
 	if err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait() // After the reader is closed, below.
-	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: f.journal, Framing: message.JSONLines,
-		Block: true, Checkpoint: message.Checkpoint{Offset: begin, Read: begin},
-		New: func() message.Message { return &benchMessage{} }})
+	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: f.journal, Framing: kind.framing,
+		Block: true, Checkpoint: message.Checkpoint{Offset: begin, Read: begin}, New: kind.new})
 	if err != nil {
 		return err
 	}
@@ -120,7 +155,7 @@ func runBenchMessages(ctx context.Context, stdout, stderr io.Writer, jf *journal
 	wg.Go(func() { read <- tailBench(r) })
 
 	start := time.Now()
-	n, end, err := publishFor(ctx, p, f)
+	n, end, err := publishFor(ctx, p, kind, f)
 	if err != nil {
 		return err
 	}
@@ -132,7 +167,7 @@ func runBenchMessages(ctx context.Context, stdout, stderr io.Writer, jf *journal
 	if got.n != n {
 		return fmt.Errorf("read %d messages of %s, published %d", got.n, f.journal, n)
 	}
-	res := benchMessagesResult{Journal: f.journal, Replication: replication, Seconds: published.Seconds(), Messages: n,
+	res := benchMessagesResult{Journal: f.journal, Framing: f.framing, Replication: replication, Seconds: published.Seconds(), Messages: n,
 		BytesPerMessage: float64(end-begin) / float64(n+1), // The end marker too.
 		PublishedPerSec: float64(n) / published.Seconds(), ReadPerSec: float64(n) / got.last.Sub(start).Seconds()}
 	res.P50Ms, res.P99Ms, res.P999Ms = percentileMs(got.lat, 0.5), percentileMs(got.lat, 0.99), percentileMs(got.lat, 0.999)
@@ -140,15 +175,15 @@ func runBenchMessages(ctx context.Context, stdout, stderr io.Writer, jf *journal
 		return writeJSON(stdout, res)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOURNAL\tR\tSECONDS\tMESSAGES\tBYTES/MSG\tPUBLISHED/S\tREAD/S\tP50\tP99\tP99.9")
-	fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%.0f\t%.0f\t%.0f\t%.2fms\t%.2fms\t%.2fms\n", res.Journal, res.Replication,
+	fmt.Fprintln(tw, "JOURNAL\tFRAMING\tR\tSECONDS\tMESSAGES\tBYTES/MSG\tPUBLISHED/S\tREAD/S\tP50\tP99\tP99.9")
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%d\t%.0f\t%.0f\t%.0f\t%.2fms\t%.2fms\t%.2fms\n", res.Journal, res.Framing, res.Replication,
 		res.Seconds, res.Messages, res.BytesPerMessage, res.PublishedPerSec, res.ReadPerSec, res.P50Ms, res.P99Ms, res.P999Ms)
 	return tw.Flush()
 }
 
 // publishBench publishes m, waits for it to be appended, and returns the
 // journal offset after it.
-func publishBench(ctx context.Context, p *message.Publisher, journal string, m *benchMessage) (int64, error) {
+func publishBench(ctx context.Context, p *message.Publisher, journal string, m message.Message) (int64, error) {
 	h, err := p.PublishCommitted(ctx, journal, m)
 	if err != nil {
 		return 0, fmt.Errorf("publishing to %s: %w", journal, err)
@@ -163,7 +198,7 @@ func publishBench(ctx context.Context, p *message.Publisher, journal string, m *
 // publishFor publishes messages 1, 2, … for f.duration, at f.rate, then
 // an end marker, and returns how many it published (the marker aside)
 // and the journal offset after the marker.
-func publishFor(ctx context.Context, p *message.Publisher, f benchMessagesFlags) (int64, int64, error) {
+func publishFor(ctx context.Context, p *message.Publisher, kind benchKind, f benchMessagesFlags) (int64, int64, error) {
 	body := strings.Repeat("x", f.body)
 	start := time.Now()
 	deadline := start.Add(f.duration)
@@ -177,12 +212,11 @@ func publishFor(ctx context.Context, p *message.Publisher, f benchMessagesFlags)
 			}
 		}
 		n++
-		m := &benchMessage{Seq: n, Sent: now.UnixNano(), Body: body}
-		if _, err := p.PublishCommitted(ctx, f.journal, m); err != nil {
+		if _, err := p.PublishCommitted(ctx, f.journal, kind.make(n, now.UnixNano(), body)); err != nil {
 			return 0, 0, fmt.Errorf("publishing to %s: %w", f.journal, err)
 		}
 	}
-	end, err := publishBench(ctx, p, f.journal, &benchMessage{Seq: -1})
+	end, err := publishBench(ctx, p, f.journal, kind.make(-1, 0, ""))
 	return n, end, err
 }
 
@@ -203,14 +237,18 @@ func tailBench(r *message.Reader) benchRead {
 			out.err = err
 			return out
 		}
-		m := d.Message.(*benchMessage)
-		if m.Seq < 0 {
+		m, ok := d.Message.(benchPayload)
+		if !ok {
+			out.err = fmt.Errorf("read a %T, not a message of bench messages", d.Message)
+			return out
+		}
+		if m.GetSeq() < 0 {
 			return out
 		}
 		out.n++
 		out.last = time.Now()
 		if out.n%8 == 0 {
-			out.lat = append(out.lat, out.last.Sub(time.Unix(0, m.Sent)))
+			out.lat = append(out.lat, out.last.Sub(time.Unix(0, m.GetSent())))
 		}
 	}
 }

@@ -470,6 +470,21 @@ func TestBenchMessages(t *testing.T) {
 		res.P999Ms < res.P50Ms {
 		t.Errorf("bench messages: %+v", res)
 	}
+	// The same journal, now in protobuf: the reader starts after the
+	// JSON, and reads back exactly the protobuf messages.
+	r = quire(context.Background(), nil, "bench", "messages", "--broker", b, "-j", "bench/m", "--framing", "proto",
+		"--duration", "300ms", "--body", "40", "-o", "json")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var proto benchMessagesResult
+	if err := json.Unmarshal([]byte(r.stdout), &proto); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if proto.Framing != "proto" || proto.Messages == 0 || proto.BytesPerMessage < 40 ||
+		proto.BytesPerMessage >= res.BytesPerMessage || proto.ReadPerSec <= 0 {
+		t.Errorf("bench messages --framing proto: %+v (JSON: %+v)", proto, res)
+	}
 	paced := quire(context.Background(), nil, "bench", "messages", "--broker", b, "-j", "bench/m",
 		"--duration", "500ms", "--rate", "200", "-o", "json")
 	if paced.err != nil {
@@ -478,7 +493,7 @@ func TestBenchMessages(t *testing.T) {
 	if err := json.Unmarshal([]byte(paced.stdout), &res); err != nil || res.Messages < 50 || res.Messages > 101 {
 		t.Errorf("bench messages at 200/s for 0.5s published %d messages (%v)", res.Messages, err)
 	}
-	for _, args := range [][]string{{"--rate", "-1"}, {"--body", "-2"}, {"--duration", "0s"}, {"-o", "yaml"}} {
+	for _, args := range [][]string{{"--rate", "-1"}, {"--body", "-2"}, {"--duration", "0s"}, {"-o", "yaml"}, {"--framing", "avro"}} {
 		bad := quire(context.Background(), nil, append([]string{"bench", "messages", "--broker", b}, args...)...)
 		if bad.err == nil {
 			t.Errorf("bench messages %v: no error", args)
