@@ -64,7 +64,8 @@ var ErrResigned = errors.New("member resigned: its lease is revoked and its item
 //   - ctx is done: it returns at once; its lease expires and its items fail
 //     over. A server cancels ctx on a second signal.
 //   - cfg.Resign is closed: it revokes the member's lease at once, without
-//     moving its items first, and returns ErrResigned.
+//     moving its items first, and returns ErrResigned; during a drain
+//     too.
 //   - Allocate fails, or the member's key disappears: it returns the error.
 //
 // Run sets cfg.Config's Member (and KeySpace, if unset).
@@ -196,6 +197,10 @@ func drainMember(ctx context.Context, cfg MemberConfig, ann *Announcement, done 
 		}
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-cfg.Resign:
+		// A member told to resign while it drains (a broker cut off from
+		// its peers) must not hold its items for the rest of the drain.
+		return resign(ctx, cfg, ann)
 	case <-timeout:
 		if err := giveUp(ctx, cfg, ann, done); err != nil {
 			return err

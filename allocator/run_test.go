@@ -79,6 +79,45 @@ func TestResignGivesItemsUpAtOnce(t *testing.T) {
 	}
 }
 
+// A member told to resign while it drains resigns at once, rather than
+// holding its items until the drain ends (here, never).
+func TestResignDuringDrain(t *testing.T) {
+	f := newFleet(t)
+	f.items(3, 2)
+	f.join("z1", "a", 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	drain, resign := make(chan struct{}), make(chan struct{})
+	done := f.runMember(ctx, drain, MemberConfig{Zone: "z2", Suffix: "d", Spec: MemberSpec{Limit: 10}, Resign: resign})
+	if got := loads(f.awaitConverged())["z2/d"]; got != 3 {
+		t.Fatalf("the member to drain holds %d items, want 3", got)
+	}
+	close(drain) // Nobody else can take its items: without DrainTimeout, the drain never ends.
+	f.awaitExiting("z2", "d")
+
+	close(resign)
+	f.awaitGone(done, "z2", "d", func(err error) bool { return errors.Is(err, ErrResigned) })
+}
+
+// awaitExiting waits until the checker's mirror shows the member exiting.
+func (f *fleet) awaitExiting(zone, suffix string) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		changed := f.ks.Changed()
+		s := f.state()
+		if i := s.MemberIndex(zone, suffix); i >= 0 && s.Members[i].Value.IsExiting() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			f.t.Fatalf("member %s/%s never showed exiting", zone, suffix)
+		}
+	}
+}
+
 // A drain whose items no other member can take (the other member holds
 // them all already) gives them up once its DrainTimeout passes: Run
 // returns nil, its member key and assignments are gone, and the items
