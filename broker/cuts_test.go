@@ -76,6 +76,14 @@ func TestAwaited(t *testing.T) {
 	if got := awaited(reached, cuts); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("awaited = %v, want [b]: c is cut from a too, so not waited for", got)
 	}
+	// Reports by the waiting broker itself (its last run's, not yet
+	// expired), or by brokers that are not members, are no evidence.
+	for _, reporter := range []string{"self", "gone"} {
+		cuts := []cut{{reporter, CutReport{[]string{"b", "c"}}}}
+		if got := awaited(reached, cuts); !slices.Equal(got, []string{"b", "c"}) {
+			t.Errorf("with a report by %s: awaited = %v, want [b c]", reporter, got)
+		}
+	}
 }
 
 // linked starts brokers b1, b2 and b3 whose connections to each other go

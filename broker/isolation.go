@@ -256,11 +256,21 @@ func (s *Server) awaitPeers(ctx context.Context) error {
 	}
 }
 
-// awaited returns, sorted, the peers not reached that no cut report names.
+// awaited returns, sorted, the peers not reached that no cut report of
+// another peer names. The peers are the keys of reached. A report by the
+// broker itself (left by its last run, under a lease not yet expired) or
+// by a broker that is not a member does not count: it is no evidence that
+// others are cut from the peer too.
 func awaited(reached map[string]bool, cuts []cut) []string {
+	reportedByPeer := func(name string) bool {
+		return slices.ContainsFunc(cuts, func(c cut) bool {
+			_, peer := reached[c.reporter]
+			return peer && c.reporter != name && slices.Contains(c.Unreached, name)
+		})
+	}
 	var out []string
 	for name, ok := range reached {
-		if !ok && !slices.ContainsFunc(cuts, func(c cut) bool { return slices.Contains(c.Unreached, name) }) {
+		if !ok && !reportedByPeer(name) {
 			out = append(out, name)
 		}
 	}
