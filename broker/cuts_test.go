@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -16,32 +17,119 @@ func TestResigners(t *testing.T) {
 	three := []string{"a", "b", "c"}
 	five := []string{"a", "b", "c", "d", "e"}
 	for _, tc := range []struct {
-		name    string
-		members []string
-		cuts    []cut
-		want    []string
+		name     string
+		members  []string
+		cuts     []cut
+		resigned []resignation
+		want     []string
 	}{
-		{"no reports", three, nil, nil},
-		{"one side reports a pair", three, []cut{{"a", CutReport{[]string{"c"}}}}, []string{"c"}},
-		{"both sides report a pair", three, []cut{{"a", CutReport{[]string{"c"}}}, {"c", CutReport{[]string{"a"}}}}, []string{"c"}},
-		{"the greater name goes, whoever reports", three, []cut{{"c", CutReport{[]string{"b"}}}}, []string{"c"}},
-		{"one that nobody reaches goes alone", five, []cut{
-			{"a", CutReport{[]string{"c"}}}, {"b", CutReport{[]string{"c"}}}, {"d", CutReport{[]string{"c"}}}, {"e", CutReport{[]string{"c"}}}},
-			[]string{"c"}},
-		{"a hub of cuts goes, though it does not report", five, []cut{
-			{"b", CutReport{[]string{"a"}}}, {"c", CutReport{[]string{"a"}}}}, []string{"a"}},
-		{"two separate cuts", five, []cut{{"a", CutReport{[]string{"b"}}}, {"c", CutReport{[]string{"d"}}}}, []string{"b", "d"}},
-		{"a chain: the middle first, then nothing", five, []cut{
-			{"a", CutReport{[]string{"b"}}}, {"b", CutReport{[]string{"c"}}}}, []string{"b"}},
-		{"reports of brokers gone do not count", three, []cut{{"x", CutReport{[]string{"a"}}}, {"a", CutReport{[]string{"y"}}}}, nil},
-		{"a broker does not cut itself", three, []cut{{"a", CutReport{[]string{"a"}}}}, nil},
-		{"fewer than three brokers: no telling", []string{"a", "b"}, []cut{{"a", CutReport{[]string{"b"}}}}, nil},
+		{name: "no reports", members: three},
+		{name: "one side reports a pair", members: three, cuts: []cut{report("a", "c")}, want: []string{"c"}},
+		{name: "both sides report a pair", members: three, cuts: []cut{report("a", "c"), report("c", "a")}, want: []string{"c"}},
+		{name: "the greater name goes, whoever reports", members: three, cuts: []cut{report("c", "b")}, want: []string{"c"}},
+		{name: "one that nobody reaches goes alone", members: five,
+			cuts: []cut{report("a", "c"), report("b", "c"), report("d", "c"), report("e", "c")}, want: []string{"c"}},
+		{name: "a hub of cuts goes, though it does not report", members: five,
+			cuts: []cut{report("b", "a"), report("c", "a")}, want: []string{"a"}},
+		{name: "two separate cuts", members: five, cuts: []cut{report("a", "b"), report("c", "d")}, want: []string{"b", "d"}},
+		{name: "a chain: the middle first, then nothing", members: five,
+			cuts: []cut{report("a", "b"), report("b", "c")}, want: []string{"b"}},
+		{name: "reports of brokers gone do not count", members: three,
+			cuts: []cut{report("x", "a"), report("a", "y")}},
+		{name: "a broker does not cut itself", members: three, cuts: []cut{report("a", "a")}},
+		{name: "fewer than three brokers: no telling", members: []string{"a", "b"}, cuts: []cut{report("a", "b")}},
+		{name: "an empty report (a timeout published) cuts nothing", members: three, cuts: []cut{report("a")}},
+		// b resigned for its cut from a; now a is cut from c: a goes, not
+		// c, though c's name is greater.
+		{name: "a past resignation counts against whom it names", members: []string{"a", "c", "d", "e"},
+			cuts: []cut{report("c", "a")}, resigned: []resignation{resigned("b", "a")}, want: []string{"a"}},
+		{name: "a past resignation alone resigns nobody", members: three, resigned: []resignation{resigned("x", "a")}},
+		{name: "a resignation naming a non-member or itself counts for nothing", members: three,
+			cuts: []cut{report("a", "c")}, resigned: []resignation{resigned("c", "c", "y")}, want: []string{"c"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := resigners(tc.members, tc.cuts); !slices.Equal(got, tc.want) {
+			if got := resigners(tc.members, tc.cuts, tc.resigned); !slices.Equal(got, tc.want) {
 				t.Errorf("resigners(%v, %v) = %v, want %v", tc.members, tc.cuts, got, tc.want)
 			}
 		})
+	}
+}
+
+// report is a cut report by reporter of unreached.
+func report(reporter string, unreached ...string) cut {
+	return cut{reporter, CutReport{Unreached: unreached}}
+}
+
+// resigned is a resignation of broker, cut from cutFrom.
+func resigned(broker string, cutFrom ...string) resignation {
+	return resignation{broker, Resignation{CutFrom: cutFrom}}
+}
+
+// Cuts that fail one at a time, each a pair judged alone, with the
+// resignations they leave: only the broker at fault and the first peer
+// it lost resign, not a majority.
+func TestResignersCutsOneAtATime(t *testing.T) {
+	members := []string{"a", "b", "c", "d", "e"}
+	var gone []resignation
+	var out []string
+	for _, next := range []string{"b", "c", "d", "e"} {
+		if !slices.Contains(members, "a") {
+			break
+		}
+		chosen := resigners(members, []cut{report(next, "a")}, gone)
+		for _, b := range chosen {
+			if b == "a" {
+				gone = append(gone, resigned(b, next))
+			} else {
+				gone = append(gone, resigned(b, "a"))
+			}
+		}
+		out = append(out, chosen...)
+		members = slices.DeleteFunc(members, func(m string) bool { return slices.Contains(chosen, m) })
+	}
+	if !slices.Equal(out, []string{"b", "a"}) {
+		t.Errorf("resigned in turn: %v, want [b a] (b for its lone cut from a; then a, cut twice)", out)
+	}
+}
+
+// A one-way cut: b cannot reach c, c reaches b. c (the greater name)
+// resigns, restarts reaching everyone, rejoins, and b reports it again:
+// the second time, b goes (and, unable to reach c, waits before it
+// rejoins), rather than c going again and again.
+func TestResignersOneWayCut(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	if got := resigners(members, []cut{report("b", "c")}, nil); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("first cut: %v resign, want [c]", got)
+	}
+	if got := resigners(members, []cut{report("b", "c")}, []resignation{resigned("c", "b")}); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("after c rejoined and is cut again: %v resign, want [b]", got)
+	}
+}
+
+func TestCutGrace(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	withTimeout := func(reporter string, d time.Duration) cut {
+		return cut{reporter, CutReport{IsolationTimeoutMs: d.Milliseconds()}}
+	}
+	for _, tc := range []struct {
+		name string
+		own  time.Duration
+		cuts []cut
+		want time.Duration
+	}{
+		{"no reports: half its own", 4 * time.Second, nil, 2 * time.Second},
+		{"one timeout for all: half of it", 4 * time.Second,
+			[]cut{withTimeout("b", 4*time.Second), withTimeout("c", 4*time.Second)}, 2 * time.Second},
+		{"a peer's longer timeout: its report comes later", 4 * time.Second,
+			[]cut{withTimeout("b", 12*time.Second)}, 8*time.Second + 6*time.Second},
+		{"a peer's shorter timeout: the choice may begin earlier", 12 * time.Second,
+			[]cut{withTimeout("b", 4*time.Second)}, 8*time.Second + 6*time.Second},
+		{"unknown timeouts and non-members do not count", 4 * time.Second,
+			[]cut{withTimeout("b", 0), withTimeout("x", time.Minute)}, 2 * time.Second},
+	} {
+		if got := cutGrace(tc.own, tc.cuts, members); got != tc.want {
+			t.Errorf("%s: cutGrace = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -72,14 +160,14 @@ func TestPeerWatch(t *testing.T) {
 
 func TestAwaited(t *testing.T) {
 	reached := map[string]bool{"a": true, "b": false, "c": false}
-	cuts := []cut{{"a", CutReport{[]string{"c"}}}}
+	cuts := []cut{{"a", CutReport{Unreached: []string{"c"}}}}
 	if got := awaited(reached, cuts); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("awaited = %v, want [b]: c is cut from a too, so not waited for", got)
 	}
 	// Reports by the waiting broker itself (its last run's, not yet
 	// expired), or by brokers that are not members, are no evidence.
 	for _, reporter := range []string{"self", "gone"} {
-		cuts := []cut{{reporter, CutReport{[]string{"b", "c"}}}}
+		cuts := []cut{{reporter, CutReport{Unreached: []string{"b", "c"}}}}
 		if got := awaited(reached, cuts); !slices.Equal(got, []string{"b", "c"}) {
 			t.Errorf("with a report by %s: awaited = %v, want [b c]", reporter, got)
 		}
@@ -152,6 +240,38 @@ func TestBrokersCutFromEachOtherOneResigns(t *testing.T) {
 	c.awaitAnnouncedOnlyAfter(t, "b3", "its cut from b1 heals", func() { links.Heal("b1", "b3") })
 }
 
+// A one-way cut: b1 cannot open connections to b3, b3 can to b1. b3, the
+// greater name, resigns first; restarted, it reaches both peers and
+// rejoins, and b1 reports it again. Its resignation, which outlives it,
+// counts against b1, which resigns the second time, and, unable to reach
+// b3, does not rejoin until the cut heals: no rejoin and resign loop.
+func TestOneWayCutResignsTheBrokerThatCannotReach(t *testing.T) {
+	c, links := linked(t, nil)
+	links.CutOneWay("b1", "b3")
+	b3 := c.brokers["b3"]
+	awaitResigned(t, b3, "unreachable from b1 (the greater name of the two)")
+	c.stop(b3)
+	c.startLinked("b3", links, b3.dir, nil)
+
+	b1 := c.brokers["b1"]
+	awaitResigned(t, b1, "unable to reach b3 again, after b3's resignation named it")
+	for _, name := range []string{"b2", "b3"} {
+		select {
+		case err := <-c.brokers[name].done:
+			c.brokers[name].done <- err // For the cleanup's stop.
+			t.Fatalf("broker %s stopped: %v; b1 should have resigned the second time", name, err)
+		default:
+		}
+	}
+	c.stop(b1)
+	edit, checked := checks(nil)
+	c.startLinked("b1", links, b1.dir, func(_ string, cfg *Config) { edit(cfg) })
+	for range 2 {
+		awaitCheck(t, checked, "reaching one of 2 peers", func(c peerCheck) bool { return c.peers == 2 && c.reached })
+	}
+	c.awaitAnnouncedOnlyAfter(t, "b1", "its cut to b3 heals", func() { links.Heal("b1", "b3") })
+}
+
 // A broker that nobody reaches, but that keeps its lease and does not
 // resign (its isolation check is off here; a hung process is the same),
 // is reported cut by every other broker, and is the only one the reports
@@ -186,7 +306,8 @@ func TestBrokersCutFromAHungOneStay(t *testing.T) {
 	reporters := map[string]bool{}
 	for ev := range reports {
 		for _, e := range ev.Events {
-			if e.Type == clientv3.EventTypePut {
+			var r CutReport
+			if e.Type == clientv3.EventTypePut && json.Unmarshal(e.Kv.Value, &r) == nil && len(r.Unreached) != 0 {
 				reporters[string(e.Kv.Key)] = true
 			}
 		}

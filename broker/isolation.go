@@ -183,12 +183,17 @@ func (s *Server) watchRound(ctx context.Context, w *peerWatch, interval time.Dur
 			w.reported, w.written = unreached, true
 		}
 	}
-	cuts := s.cutsOf(kvs)
-	if w.chosen(slices.Contains(resigners(memberNames(state), cuts), s.name()), now, timeout/2) {
-		return fmt.Errorf("%w: cut off from %s (unreached, it reports: %v), while others reach each other; it is the broker chosen to resign (see --isolation-timeout)",
-			ErrIsolated, strings.Join(unreachedBy(s.name(), cuts), ", "), unreached)
+	cuts, resigned := s.cutsOf(kvs)
+	members := memberNames(state)
+	if !w.chosen(slices.Contains(resigners(members, cuts, resigned), s.name()), now, cutGrace(timeout, cuts, members)) {
+		return nil
 	}
-	return nil
+	cutFrom := unreachedBy(s.name(), cuts)
+	if err := s.leaveResignation(ctx, cutFrom); err != nil {
+		s.log.Warn("leaving a record of the resignation failed; resigning all the same", "err", err)
+	}
+	return fmt.Errorf("%w: cut off from %s (unreached, it reports: %v), while others reach each other; it is the broker chosen to resign (see --isolation-timeout)",
+		ErrIsolated, strings.Join(cutFrom, ", "), unreached)
 }
 
 // unreachedBy returns, sorted, the brokers that name or that report name
@@ -242,7 +247,8 @@ func (s *Server) awaitPeers(ctx context.Context) error {
 		peers := s.peers(allocator.NewState(s.cfg.Root, kvs, rev))
 		reached := s.check(ctx, peers, interval)
 		s.checked(reached)
-		missing := awaited(reached, s.cutsOf(kvs))
+		cuts, _ := s.cutsOf(kvs)
+		missing := awaited(reached, cuts)
 		if len(peers) < 2 || len(missing) == 0 && reachedOne(reached) {
 			return nil
 		}

@@ -232,10 +232,11 @@ func (s *Switch) copy(dst, src net.Conn, stop <-chan struct{}) {
 // Dialer; the node a dial reaches is the one Named for its address. The
 // zero Links cuts nothing.
 type Links struct {
-	mu    sync.Mutex
-	names map[string]string               // address → node
-	cut   map[[2]string]bool              // pairs, in order
-	conns map[[2]string]map[net.Conn]bool // open, per pair
+	mu     sync.Mutex
+	names  map[string]string               // address → node
+	cut    map[[2]string]bool              // pairs, in order
+	oneWay map[[2]string]bool              // from, to
+	conns  map[[2]string]map[net.Conn]bool // open, per pair
 }
 
 // pair is the key of the link between nodes a and b.
@@ -271,6 +272,24 @@ func (l *Links) Heal(a, b string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.cut, pair(a, b))
+	delete(l.oneWay, [2]string{a, b})
+	delete(l.oneWay, [2]string{b, a})
+}
+
+// CutOneWay closes the connections between from and to, and refuses new
+// ones that from dials to to until Heal; to may dial from. So a firewall
+// rule that drops one direction's new connections behaves.
+func (l *Links) CutOneWay(from, to string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.oneWay == nil {
+		l.oneWay = map[[2]string]bool{}
+	}
+	l.oneWay[[2]string{from, to}] = true
+	for c := range l.conns[pair(from, to)] {
+		c.Close()
+	}
+	delete(l.conns, pair(from, to))
 }
 
 // Dialer returns the dial function of node from (for
@@ -279,7 +298,7 @@ func (l *Links) Dialer(from string, next func(context.Context, string) (net.Conn
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		l.mu.Lock()
 		key := pair(from, l.names[addr])
-		refused := l.cut[key]
+		refused := l.cut[key] || l.oneWay[[2]string{from, l.names[addr]}]
 		l.mu.Unlock()
 		if refused {
 			return nil, ErrCut
