@@ -5,6 +5,7 @@ import (
 
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/protocol"
 )
 
 func frag(begin, end int64, store string) fragment.Fragment {
@@ -50,5 +51,33 @@ func TestIndexListingOlderThanPersist(t *testing.T) {
 	ix.replaceStored([]fragment.Fragment{frag(0, 10, store)}, ix.listingMark())
 	if covered(ix, 10, 20) {
 		t.Fatalf("a fragment no fresh listing holds is still indexed: %+v", ix.list(0))
+	}
+}
+
+// A recovered spool that persists while its replica loads ends indexed
+// as stored, never as a local spool whose files are gone, whichever
+// comes first.
+func TestRecoveredSpoolPersistedAsItsReplicaLoads(t *testing.T) {
+	const journal = "a/j"
+	for _, persistFirst := range []bool{false, true} {
+		srv := &Server{locals: map[string][]entry{}, recovered: map[string]*spool.Recovered{}, log: testLogger}
+		srv.resolver = newResolver(srv)
+		r := &replica{srv: srv, journal: journal, index: newIndex()}
+		srv.resolver.journals[journal] = resolved{spec: &protocol.JournalSpec{Name: journal}}
+		srv.resolver.replicas[journal] = r
+		srv.locals[journal] = []entry{{frag: frag(0, 10, ""), rec: &spool.Recovered{}}} // As adopt does.
+
+		stored := frag(0, 10, "file:///s/")
+		if persistFirst {
+			srv.persisted(journal, stored)
+			srv.indexLocals(journal, r.index)
+		} else {
+			srv.indexLocals(journal, r.index)
+			srv.persisted(journal, stored)
+		}
+		e, ok, _, _ := r.index.query(0)
+		if !ok || e.local() || e.frag.Store != stored.Store {
+			t.Errorf("persisted first %v: offset 0 is served by %+v (found %v), want the stored fragment", persistFirst, e, ok)
+		}
 	}
 }

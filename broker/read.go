@@ -129,7 +129,7 @@ func (r *replica) read(ctx context.Context, req *protocol.ReadRequest, stream pr
 // from, or -1 when the read is over.
 func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, stream protocol.Journal_ReadServer, offset int64) (int64, error) {
 	r.mu.Lock()
-	cur, head, headCh := r.cur, r.head, r.headCh
+	cur, head, headSum, headCh := r.cur, r.head, r.headSum, r.headCh
 	r.mu.Unlock()
 	if offset >= cur.Begin {
 		if offset >= head && !r.current() {
@@ -138,10 +138,12 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 		}
 		if offset < head {
 			if req.MetadataOnly {
-				return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset,
-					WriteHead: head, Fragment: fragmentOf(cur, false)})
+				// Of head, not of cur: its end and sum change under appends,
+				// and this read does not hold the token.
+				return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset, WriteHead: head,
+					Fragment: &protocol.Fragment{Journal: cur.Journal, Begin: cur.Begin, End: head, Sum: headSum[:]}})
 			}
-			return r.sendSpool(stream, offset, limit(head, req.EndOffset), head)
+			return r.sendSpool(stream, cur, offset, limit(head, req.EndOffset), head)
 		}
 		if !req.Block {
 			return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OFFSET_NOT_YET_AVAILABLE,
@@ -215,12 +217,11 @@ func limit(end, endOffset int64) int64 {
 	return end
 }
 
-// sendSpool sends committed spool content [offset, end). Each response
-// carries the write head, so that a reader knows how far behind it is.
-func (r *replica) sendSpool(stream protocol.Journal_ReadServer, offset, end, head int64) (int64, error) {
-	r.mu.Lock()
-	cur := r.cur
-	r.mu.Unlock()
+// sendSpool sends committed content [offset, end) of cur, the spool that
+// was current when head was read (not the current one now: a roll since
+// would leave offset before its begin). Each response carries the write
+// head, so that a reader knows how far behind it is.
+func (r *replica) sendSpool(stream protocol.Journal_ReadServer, cur *spool.Spool, offset, end, head int64) (int64, error) {
 	buf := make([]byte, min(readChunk, end-offset))
 	for offset < end {
 		n, err := cur.ReadAt(buf[:min(int64(len(buf)), end-offset)], offset)

@@ -35,6 +35,7 @@ type replica struct {
 	routeStop context.CancelFunc
 	cur       *spool.Spool  // current spool; nil until ready
 	head      int64         // committed end of cur: the write head
+	headSum   [32]byte      // SHA-256 of cur's content up to head
 	headCh    chan struct{} // closed when head or cur changes
 	ready     chan struct{} // closed once cur exists
 	// Content before expect that this replica lacks is held by a peer and
@@ -176,9 +177,7 @@ func (r *replica) load() {
 			return
 		}
 	}
-	for _, e := range r.srv.localEntries(r.journal) {
-		r.index.addLocal(e)
-	}
+	r.srv.indexLocals(r.journal, r.index)
 	r.index.markLoaded()
 	if err := r.startSpool(r.srv.latestRecovered(r.journal)); err != nil {
 		r.srv.log.Error("creating spool failed", "journal", r.journal, "err", err)
@@ -394,7 +393,7 @@ func (r *replica) startSpool(latest *spool.Recovered) error {
 		return err
 	}
 	r.mu.Lock()
-	r.cur, r.head = s, s.Begin
+	r.cur, r.head, r.headSum = s, s.Begin, s.Sum()
 	close(r.ready)
 	r.mu.Unlock()
 	return nil
@@ -427,7 +426,7 @@ func (r *replica) spool() *spool.Spool {
 func (r *replica) committed() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.head = r.cur.End()
+	r.head, r.headSum = r.cur.End(), r.cur.Sum()
 	close(r.headCh)
 	r.headCh = make(chan struct{})
 }
@@ -435,6 +434,12 @@ func (r *replica) committed() {
 // roll replaces the current spool by an empty one at offset at, handing the
 // old one, if it holds content, to the index and the persister. The caller
 // holds the token.
+//
+// Invariant: the old spool is synced (with fsync) and indexed before the
+// new one is published. A reader that sees the new spool finds the old
+// one's content in the index (else it judged it gone, and jumped), and an
+// append whose group commit flushes the new spool was in a spool already
+// synced.
 func (r *replica) roll(at int64) error {
 	old := r.spool()
 	if err := old.Rollback(); err != nil {
@@ -446,35 +451,52 @@ func (r *replica) roll(at int64) error {
 	if at < old.End() {
 		return fmt.Errorf("rolling %s to %d, before its spool's end %d", r.journal, at, old.End())
 	}
+	spec, _, _ := r.view()
+	empty := old.End() == old.Begin
+	var f fragment.Fragment
+	if !empty {
+		if spec.GetFragment().GetFsync() {
+			if err := old.Sync(); err != nil {
+				return err
+			}
+		}
+		f = r.indexRolled(spec, old)
+	}
 	s, err := spool.Create(r.srv.cfg.Dir, r.journal, at, r.registers.String())
 	if err != nil {
-		return err
+		return err // The old spool stays current, and indexed: both serve its content.
 	}
 	r.mu.Lock()
-	r.cur, r.head = s, at
+	r.cur, r.head, r.headSum = s, at, s.Sum()
 	close(r.headCh)
 	r.headCh = make(chan struct{})
-	spec := r.spec
 	r.mu.Unlock()
 	spoolsRolled.Inc()
-	if old.End() == old.Begin {
+	if empty {
 		return old.Remove()
 	}
-	if spec.GetFragment().GetFsync() {
-		// Appends acknowledged after this roll flush only the new spool.
-		if err := old.Sync(); err != nil {
-			return err
-		}
+	if r.srv.cfg.rolled != nil {
+		r.srv.cfg.rolled(old)
 	}
-	r.handOff(spec, old)
+	r.persist(f, old)
 	return nil
 }
 
 // handOff indexes a rolled spool and queues it for persisting.
 func (r *replica) handOff(spec *protocol.JournalSpec, old *spool.Spool) {
+	r.persist(r.indexRolled(spec, old), old)
+}
+
+// indexRolled indexes a rolled spool as a local fragment, and returns it.
+func (r *replica) indexRolled(spec *protocol.JournalSpec, old *spool.Spool) fragment.Fragment {
 	f := fragment.Fragment{Journal: r.journal, Begin: old.Begin, End: old.End(), Sum: old.Sum(),
 		Codec: codecOf(spec), Store: r.srv.storesOf(spec)[0]}
 	r.index.addLocal(entry{frag: f, spool: old})
+	return f
+}
+
+// persist queues a rolled spool, indexed as f, for persisting.
+func (r *replica) persist(f fragment.Fragment, old *spool.Spool) {
 	r.srv.persister.enqueue(&persistJob{
 		frag: f,
 		open: func() (io.ReadCloser, error) { return io.NopCloser(old.Reader()), nil },

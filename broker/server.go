@@ -64,6 +64,10 @@ type Config struct {
 	// peersChecked, if set, is called after each check of the peers, with
 	// their number and whether one was reached (for tests).
 	peersChecked func(peers int, reached bool)
+	// rolled, if set, is called when a spool that holds content has
+	// rolled, after the new one is published and before the old one is
+	// queued for persisting (for tests).
+	rolled func(old *spool.Spool)
 }
 
 // Server is a broker. Register it with a grpc.Server, then Run it.
@@ -469,11 +473,20 @@ func (s *Server) latestRecovered(journal string) *spool.Recovered {
 	return s.recovered[journal]
 }
 
-// localEntries are the recovered spools of journal not yet persisted.
-func (s *Server) localEntries(journal string) []entry {
+// indexLocals indexes in ix the recovered spools of journal not yet
+// persisted.
+//
+// It holds localMu while it indexes them: persisted removes a spool from
+// locals under localMu before it indexes the stored fragment, so a spool
+// is either indexed here before persisted replaces it, or not at all.
+// (Copied out and indexed after, a spool persisted in between was indexed
+// as local once its files were gone, and reads of it failed for good.)
+func (s *Server) indexLocals(journal string, ix *index) {
 	s.localMu.Lock()
 	defer s.localMu.Unlock()
-	return append([]entry(nil), s.locals[journal]...)
+	for _, e := range s.locals[journal] {
+		ix.addLocal(e)
+	}
 }
 
 // persisted records that a local fragment of journal is now stored.
