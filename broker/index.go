@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 
@@ -79,10 +80,15 @@ func newIndex() *index {
 // markLoaded records that the stores have been listed once.
 func (ix *index) markLoaded() { ix.once.Do(func() { close(ix.loaded) }) }
 
-// addLocal indexes a local fragment.
+// addLocal indexes a local fragment, unless it is indexed already.
 func (ix *index) addLocal(e entry) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if slices.ContainsFunc(ix.entries, func(x entry) bool {
+		return x.local() && x.spool == e.spool && x.rec == e.rec && sameContent(x.frag, e.frag)
+	}) {
+		return
+	}
 	ix.entries = append(ix.entries, e)
 	ix.sortAndNotify()
 }

@@ -169,11 +169,7 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 		return p.exchange(&protocol.ReplicateRequest{Proposal: fragmentOf(s, false),
 			Registers: protocol.ProtoLabels(r.registers)})
 	}
-	if at > s.End() {
-		r.mu.Lock()
-		r.expect, r.expectSince = at, time.Now()
-		r.mu.Unlock()
-	}
+	r.expectBefore(at)
 	if err := r.roll(at); err != nil {
 		return err
 	}

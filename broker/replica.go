@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -179,9 +178,19 @@ func (r *replica) load() {
 	}
 	r.srv.indexLocals(r.journal, r.index)
 	r.index.markLoaded()
-	if err := r.startSpool(r.srv.latestRecovered(r.journal)); err != nil {
-		r.srv.log.Error("creating spool failed", "journal", r.journal, "err", err)
-		return
+	for attempt := 0; ; attempt++ {
+		err := r.startSpool(r.srv.latestRecovered(r.journal))
+		if err == nil {
+			break
+		}
+		// A replica of the journal that just ended here may not have
+		// handed its spool off yet: its files are where this one would
+		// start. Index the local spools again, and start after them.
+		r.srv.log.Warn("creating spool failed; retrying", "journal", r.journal, "err", err)
+		if !sleepCtx(r.ctx, backoff(attempt)) {
+			return
+		}
+		r.srv.indexLocals(r.journal, r.index)
 	}
 	r.maintain()
 }
@@ -360,6 +369,21 @@ func (r *replica) expected(offset int64) bool {
 	return offset < r.expect && time.Since(r.expectSince) < expectWait
 }
 
+// expectBefore records, as the replica rolls to at, that content before
+// at which it lacks (it joined the journal there, behind its peers) is
+// held by its peers and on its way to the stores. Should it become the
+// primary before that content is listed (the broker that held it drains
+// while a slow store takes it), reads of it wait rather than jump.
+func (r *replica) expectBefore(at int64) {
+	lacks := max(r.spool().End(), r.index.end())
+	if at <= lacks {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expect, r.expectSince = max(r.expect, at), time.Now()
+}
+
 // expectWait bounds how long reads wait for content a peer should persist.
 const expectWait = 2 * time.Minute
 
@@ -482,32 +506,15 @@ func (r *replica) roll(at int64) error {
 	return nil
 }
 
-// handOff indexes a rolled spool and queues it for persisting.
-func (r *replica) handOff(spec *protocol.JournalSpec, old *spool.Spool) {
-	r.persist(r.indexRolled(spec, old), old)
-}
-
 // indexRolled indexes a rolled spool as a local fragment, and returns it.
 func (r *replica) indexRolled(spec *protocol.JournalSpec, old *spool.Spool) fragment.Fragment {
-	f := fragment.Fragment{Journal: r.journal, Begin: old.Begin, End: old.End(), Sum: old.Sum(),
-		Codec: codecOf(spec), Store: r.srv.storesOf(spec)[0]}
+	f := r.srv.rolledFragment(r.journal, spec, old)
 	r.index.addLocal(entry{frag: f, spool: old})
 	return f
 }
 
 // persist queues a rolled spool, indexed as f, for persisting.
-func (r *replica) persist(f fragment.Fragment, old *spool.Spool) {
-	r.srv.persister.enqueue(&persistJob{
-		frag: f,
-		open: func() (io.ReadCloser, error) { return io.NopCloser(old.Reader()), nil },
-		done: func(stored fragment.Fragment) {
-			r.srv.persisted(r.journal, stored)
-			if err := old.Remove(); err != nil {
-				r.srv.log.Warn("removing persisted spool", "fragment", stored.Name(), "err", err)
-			}
-		},
-	})
-}
+func (r *replica) persist(f fragment.Fragment, old *spool.Spool) { r.srv.persistSpool(f, old) }
 
 // shouldRoll tells whether the current spool should roll before the next
 // append: it reached the target length, or crossed a flush boundary.

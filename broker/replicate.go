@@ -140,6 +140,7 @@ func (r *replica) applyProposal(req *protocol.ReplicateRequest) (protocol.Status
 		r.registers, r.registersKnown = registers, true
 	case p.Begin == p.End && p.Begin >= s.End():
 		r.registers, r.registersKnown = registers, true
+		r.expectBefore(p.Begin)
 		if err := r.roll(p.Begin); err != nil {
 			return 0, err
 		}

@@ -160,7 +160,10 @@ func (r *replica) end(route *protocol.Route) {
 			return
 		}
 	}
-	r.handOff(spec, s)
+	// Not to this replica's index, which is gone: to the broker's, where a
+	// later replica of the journal (re-created, or back here) indexes it,
+	// and starts its spool after it rather than over its files.
+	r.srv.handOffEnded(r.journal, spec, s)
 }
 
 // divergedWindow bounds the end of a spool that diverged compares.

@@ -164,3 +164,77 @@ func TestMetadataReadsDuringAppends(t *testing.T) {
 		}
 	}
 }
+
+// A journal deleted and created again while its last spool awaits
+// persisting (a slow store) takes appends, and reads the old spool's
+// content first, as it would once stored. (The new replica created its
+// first spool at offset 0, over the old spool's files: it failed, and the
+// replica was never ready: every append and read of the journal hung.
+// Found by review.)
+func TestRecreatedJournalStartsAfterItsPendingSpool(t *testing.T) {
+	const journal = "logs/recreated"
+	c := holdPersistence(t, journal)
+	b := c.start("b1", "")
+	c.journal(b, journal, 1)
+	c.appendRetry(b, journal, []byte("old\n"))
+	jc := protocol.NewJournalClient(b.conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := jc.List(ctx, &protocol.ListRequest{Selector: "name=" + journal})
+	if err != nil || len(list.Journals) != 1 {
+		t.Fatal(list, err)
+	}
+	resp, err := jc.Apply(ctx, &protocol.ApplyRequest{Changes: []*protocol.ApplyRequest_Change{
+		{Delete: journal, ExpectModRevision: list.Journals[0].ModRevision}}})
+	if err != nil || resp.Status != protocol.Status_OK {
+		t.Fatal(resp, err)
+	}
+	c.journal(b, journal, 1)
+	for { // appendRetry, but failing rather than hanging on a replica never ready.
+		resp, err := appendOnce(ctx, b, &protocol.AppendRequest{Journal: journal, Header: &protocol.Header{Revision: c.rev}}, []byte("new\n"))
+		if err == nil && resp.Status == protocol.Status_OK {
+			break
+		}
+		if !transient(resp, err) || ctx.Err() != nil {
+			t.Fatalf("append to the re-created journal: %v, %v", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond) // Retry pacing, as appendRetry.
+	}
+	if got := string(c.readAll(b, journal)); got != "old\nnew\n" {
+		t.Errorf("the re-created journal reads %q, want the pending spool's content, then the new", got)
+	}
+}
+
+// A replica rolled past content it lacks (it joined the journal behind
+// its peers) expects that content in the stores: should it become the
+// primary before the content is listed, reads of it wait rather than
+// jump. (It did not: a new primary, its old primary draining while a
+// slow store took the old spool, judged the content gone. Found by
+// review.)
+func TestReplicaRolledPastWhatItLacksExpectsIt(t *testing.T) {
+	const journal = "logs/joined"
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, journal, 1)
+	c.appendRetry(b, journal, []byte("x\n")) // [0, 2) here.
+	r, _ := b.srv.resolver.replica(journal)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, err := r.applyProposal(&protocol.ReplicateRequest{
+		Proposal: &protocol.Fragment{Journal: journal, Begin: 100, End: 100, Sum: emptySum[:]}})
+	r.release()
+	if err != nil || status != protocol.Status_OK {
+		t.Fatalf("rolling to 100: %v, %v", status, err)
+	}
+	for _, tc := range []struct {
+		offset int64
+		want   bool
+	}{{2, true}, {99, true}, {100, false}} {
+		if got := r.expected(tc.offset); got != tc.want {
+			t.Errorf("expected(%d) = %v, want %v (it holds [0, 2), rolled to 100)", tc.offset, got, tc.want)
+		}
+	}
+}

@@ -473,6 +473,38 @@ func (s *Server) latestRecovered(journal string) *spool.Recovered {
 	return s.recovered[journal]
 }
 
+// rolledFragment is the fragment of a rolled spool of journal.
+func (s *Server) rolledFragment(journal string, spec *protocol.JournalSpec, sp *spool.Spool) fragment.Fragment {
+	return fragment.Fragment{Journal: journal, Begin: sp.Begin, End: sp.End(), Sum: sp.Sum(),
+		Codec: codecOf(spec), Store: s.storesOf(spec)[0]}
+}
+
+// persistSpool queues a rolled spool, indexed as f, for persisting; once
+// stored, the indexes serve it from the store, and its files go.
+func (s *Server) persistSpool(f fragment.Fragment, sp *spool.Spool) {
+	s.persister.enqueue(&persistJob{
+		frag: f,
+		open: func() (io.ReadCloser, error) { return io.NopCloser(sp.Reader()), nil },
+		done: func(stored fragment.Fragment) {
+			s.persisted(f.Journal, stored)
+			if err := sp.Remove(); err != nil {
+				s.log.Warn("removing persisted spool", "fragment", stored.Name(), "err", err)
+			}
+		},
+	})
+}
+
+// handOffEnded keeps the spool of a replica that ended as a local
+// fragment of the broker, as a recovered spool is, until it is
+// persisted: a later replica of the journal indexes it (indexLocals).
+func (s *Server) handOffEnded(journal string, spec *protocol.JournalSpec, sp *spool.Spool) {
+	f := s.rolledFragment(journal, spec, sp)
+	s.localMu.Lock()
+	s.locals[journal] = append(s.locals[journal], entry{frag: f, spool: sp})
+	s.localMu.Unlock()
+	s.persistSpool(f, sp)
+}
+
 // indexLocals indexes in ix the recovered spools of journal not yet
 // persisted.
 //
