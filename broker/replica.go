@@ -166,33 +166,35 @@ func (r *replica) release() { r.token <- struct{}{} }
 // spool after everything indexed, and keeps the index fresh.
 func (r *replica) load() {
 	defer r.srv.wg.Done()
-	for attempt := 0; ; attempt++ {
-		err := r.refresh()
-		if err == nil {
-			break
-		}
-		r.srv.log.Warn("listing fragments failed; retrying", "journal", r.journal, "err", err)
-		if !sleepCtx(r.ctx, backoff(attempt)) {
-			return
-		}
+	if !r.retry("listing fragments", r.refresh) {
+		return
 	}
 	r.srv.indexLocals(r.journal, r.index)
 	r.index.markLoaded()
-	for attempt := 0; ; attempt++ {
-		err := r.startSpool(r.srv.latestRecovered(r.journal))
-		if err == nil {
-			break
-		}
-		// A replica of the journal that just ended here may not have
-		// handed its spool off yet: its files are where this one would
-		// start. Index the local spools again, and start after them.
-		r.srv.log.Warn("creating spool failed; retrying", "journal", r.journal, "err", err)
-		if !sleepCtx(r.ctx, backoff(attempt)) {
-			return
-		}
+	if !r.retry("creating spool", func() error {
+		// A replica of the journal that just ended here may hand its
+		// spool off late: its files are where this one would start.
 		r.srv.indexLocals(r.journal, r.index)
+		return r.startSpool(r.srv.latestRecovered(r.journal))
+	}) {
+		return
 	}
 	r.maintain()
+}
+
+// retry calls f until it succeeds, logging and backing off between
+// tries, and tells whether it did before the replica ended.
+func (r *replica) retry(what string, f func() error) bool {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil {
+			return true
+		}
+		r.srv.log.Warn(what+" failed; retrying", "journal", r.journal, "err", err)
+		if !sleepCtx(r.ctx, backoff(attempt)) {
+			return false
+		}
+	}
 }
 
 // maintain keeps the index fresh and, on the primary, rolls idle spools at
