@@ -24,10 +24,10 @@
 // primary or a replica answers NOT_PRIMARY or NOT_REPLICA with its own,
 // newer, route, and the client retries at once where that route says.
 // Without a route, requests go to Config.Broker, which proxies them; its
-// answer teaches the client the route. An unreachable broker is dropped
-// from the journal's cached route, and the request is retried on another
-// broker: the route's others, the default broker, then any broker the
-// client has seen in a route, each of which proxies.
+// answer teaches the client the route. A route that names an unreachable
+// broker is forgotten, and the request is retried on another broker,
+// avoiding those that just failed: the default broker, then any broker
+// the client has seen in a route, each of which proxies.
 //
 // The client keeps one gRPC connection per broker endpoint, for the life
 // of the Client.

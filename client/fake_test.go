@@ -529,7 +529,7 @@ func (j *fakeJournal) readFrom(offset, end int64) (*protocol.ReadResponse, []byt
 	offset = max(offset, f.begin)
 	stop := f.end
 	if end != 0 {
-		stop = min(stop, end)
+		stop = max(offset, min(stop, end)) // A jump may go past end.
 	}
 	meta := &protocol.ReadResponse{
 		Offset:    offset,

@@ -246,7 +246,9 @@ func (r *Reader) handle(resp *protocol.ReadResponse) error {
 		content = content[min(skip, int64(len(content))):]
 	}
 	if r.req.EndOffset != 0 {
-		content = content[:min(int64(len(content)), r.req.EndOffset-r.offset)]
+		// The offset may be past EndOffset already: a read from the write
+		// head, or a jump, beyond it. Then nothing of content is wanted.
+		content = content[:max(0, min(int64(len(content)), r.req.EndOffset-r.offset))]
 	}
 	if len(content) > 0 {
 		r.buf = content

@@ -149,6 +149,23 @@ func TestReaderReportsOffsetJumps(t *testing.T) {
 	}
 }
 
+// A read whose next content lies past its EndOffset reports the jump,
+// then io.EOF. (Its Read panicked: a slice with a negative bound. Found by
+// review.)
+func TestReaderJumpPastEndOffset(t *testing.T) {
+	c := newFakeCluster(t, "a")
+	c.addJournal("j", 0)
+	writeFragments(c, "j", "0123456789", "ABCDEFGHIJ")
+	c.remove("j", 0, 10)
+	cl := newTestClient(t, c, 0, "")
+
+	r := cl.NewReader(context.Background(), ReadRequest{Journal: "j", EndOffset: 5})
+	got, jumps := readAll(t, r)
+	if got != "" || len(jumps) != 1 || jumps[0].From != 0 || jumps[0].To != 10 {
+		t.Fatalf("read %q with jumps %v; want nothing, and a jump from 0 to 10", got, jumps)
+	}
+}
+
 func TestReaderNonBlockingEOFAtWriteHead(t *testing.T) {
 	c := newFakeCluster(t, "a")
 	c.addJournal("j", 0)
