@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -360,7 +361,11 @@ func (r *replica) servingPrimary(sh *Shard, st store.Store, cp store.Checkpoint)
 // the previous primary. If the previous primary appended since playback
 // ended, it plays on and tries again.
 func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recoverylog.Recorder, error) {
-	author := fmt.Sprintf("%s.%s.%d", r.srv.cfg.Zone, r.srv.cfg.Suffix, r.assignmentRevision())
+	// Unique to this replica, not only to its assignment: a shard whose
+	// spec changes is restarted in the same process at the same
+	// assignment, and the replica stopped, still finishing a commit, must
+	// be fenced by its successor's author like any other predecessor.
+	author := fmt.Sprintf("%s.%s.%d.%s", r.srv.cfg.Zone, r.srv.cfg.Suffix, r.assignmentRevision(), filepath.Base(r.dir))
 	for attempt := 0; ; attempt++ {
 		rec, err := recoverylog.NewRecorder(r.ctx, recoverylog.RecorderConfig{
 			Client: r.srv.cfg.Journals, Journal: spec.RecoveryLog(), Author: author,

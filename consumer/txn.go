@@ -55,15 +55,25 @@ func (r *replica) transactions(sh *Shard, st store.Store, cp store.Checkpoint) e
 }
 
 // sourceCheckpoint is where to resume a source: its checkpoint, unless
-// that is before the source's minimum offset.
+// that is before the source's minimum offset. Then pending transactions
+// that began before minOffset are given up; those that began at or after
+// it are kept, and reading resumes at the first of them (a transaction
+// of one producer before minOffset must not give up another's after it,
+// whose acknowledgement may follow).
 func sourceCheckpoint(cp message.Checkpoint, minOffset int64) message.Checkpoint {
 	if cp.Offset >= minOffset {
 		return cp
 	}
-	c := message.Checkpoint{Offset: max(minOffset, cp.Read), Read: max(minOffset, cp.Read),
-		Producers: maps.Clone(cp.Producers)}
+	read := max(minOffset, cp.Read)
+	c := message.Checkpoint{Offset: read, Read: read, Producers: maps.Clone(cp.Producers)}
 	for id, p := range c.Producers {
-		p.Begin = -1 // Pending messages before minOffset are given up.
+		switch {
+		case p.Begin < 0:
+		case p.Begin < minOffset:
+			p.Begin = -1
+		default:
+			c.Offset = min(c.Offset, p.Begin)
+		}
 		c.Producers[id] = p
 	}
 	return c
@@ -150,6 +160,9 @@ func (t *txnLoop) run(ctx context.Context) error {
 			return err
 		}
 		if err := t.runTxn(ctx, *first); err != nil {
+			// The previous commit uses the store and the appender, which
+			// the caller closes once this returns: wait for it first.
+			t.drainPrev()
 			return err
 		}
 	}
@@ -176,8 +189,9 @@ func (t *txnLoop) awaitFirst(ctx context.Context) (*readBatch, error) {
 	}
 }
 
-// drainPrev waits for the previous commit as the replica stops: its
-// acknowledgements are written, or the successor writes them.
+// drainPrev waits for the previous commit as the replica stops, or as a
+// transaction fails: its acknowledgements are written, or the successor
+// writes them.
 func (t *txnLoop) drainPrev() error {
 	if t.prev == nil {
 		return nil
