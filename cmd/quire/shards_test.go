@@ -330,7 +330,7 @@ func TestShardsCommands(t *testing.T) {
 	})
 	hintsTableOut := c.must(nil, "hints", "-s", "counts/shard-0").stdout
 	if !regexp.MustCompile(`(?m)^HINTS +OFFSET +NODES +INLINE +BYTES +REPLAY-FROM +PRUNE-BEFORE +AUTHOR\n` +
-		`primary +\d+ +\d+ +\d+ +\d+ +\d+ +\d+ +z[ab]\.c[12]\.\d+\nbackup 1 +\d+ .*\nbackup 2 +\d+ .*\n$`).MatchString(hintsTableOut) {
+		`primary +\d+ +\d+ +\d+ +\d+ +\d+ +\d+ +z[ab]\.c[12]\.\d+\.\d+\nbackup 1 +\d+ .*\nbackup 2 +\d+ .*\n$`).MatchString(hintsTableOut) {
 		t.Errorf("hints:\n%s", hintsTableOut)
 	}
 	if r := c.run(nil, "hints", "-s", "counts/none"); r.err == nil || !strings.Contains(r.err.Error(), `shard "counts/none" not found`) {
