@@ -84,6 +84,11 @@ func TestLeavingReplicaKeepsItsLoneCommitOutOfTheStore(t *testing.T) {
 	if _, err := c.etcd.Txn(ctx).Then(ops...).Commit(); err != nil {
 		t.Fatal(err)
 	}
+	// The primary must know the new route before the commit fails: on the
+	// old one, its next pipeline would include the leaving replica and
+	// copy the lone commit from it (as it should: see catchUp), leaving
+	// nothing to quarantine. (Under load, a CI run caught that.)
+	c.awaitRouteWithout(primary, journal, leaving)
 	once.Do(func() { close(release) })
 	if err := <-failed; err == nil {
 		t.Fatal("the append succeeded, though a replica failed it")
