@@ -504,7 +504,7 @@ func (r *replica) roll(at int64) error {
 	if r.srv.cfg.rolled != nil {
 		r.srv.cfg.rolled(old)
 	}
-	r.persist(f, old)
+	r.srv.persistSpool(f, old)
 	return nil
 }
 
@@ -514,9 +514,6 @@ func (r *replica) indexRolled(spec *protocol.JournalSpec, old *spool.Spool) frag
 	r.index.addLocal(entry{frag: f, spool: old})
 	return f
 }
-
-// persist queues a rolled spool, indexed as f, for persisting.
-func (r *replica) persist(f fragment.Fragment, old *spool.Spool) { r.srv.persistSpool(f, old) }
 
 // shouldRoll tells whether the current spool should roll before the next
 // append: it reached the target length, or crossed a flush boundary.

@@ -88,7 +88,7 @@ type Server struct {
 	serving chan struct{}   // closed once the keyspace is loaded and resolved
 
 	localMu sync.Mutex
-	locals  map[string][]entry // recovered spools awaiting persistence
+	locals  map[string][]entry // recovered spools, and those of ended replicas, awaiting persistence
 	// isolated is set once the broker resigns, cut off from its peers: see
 	// replica.end.
 	isolated atomic.Bool
@@ -505,8 +505,9 @@ func (s *Server) handOffEnded(journal string, spec *protocol.JournalSpec, sp *sp
 	s.persistSpool(f, sp)
 }
 
-// indexLocals indexes in ix the recovered spools of journal not yet
-// persisted.
+// indexLocals indexes in ix the spools of journal that the broker holds
+// outside any replica (recovered at start, or of a replica that ended)
+// and has not yet persisted.
 //
 // It holds localMu while it indexes them: persisted removes a spool from
 // locals under localMu before it indexes the stored fragment, so a spool
