@@ -11,7 +11,10 @@
 // snapshot may be kept and read without locks. To react to changes, take
 // Changed before reading a Snapshot, or register an observer with Observe.
 // WaitForRevision blocks until the mirror reflects a revision, typically the
-// revision of the caller's own etcd write.
+// revision of the caller's own etcd write, or one that another process
+// read from etcd. Since etcd's revision also moves with writes under other
+// prefixes, which no event of the watch reflects, a waiter asks the watch
+// for a progress notification: it gets there in a round trip to etcd.
 //
 // Watch survives what etcd does to a long-lived watch: cancellation and
 // errors (it re-watches from the next revision), compaction of the revision

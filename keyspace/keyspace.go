@@ -37,6 +37,10 @@ var (
 		Name: "quire_keyspace_reloads_total",
 		Help: "Reloads of a whole keyspace because etcd compacted the revision its watch needed.",
 	})
+	progressRequests = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_keyspace_progress_requests_total",
+		Help: "Watch progress notifications requested by waiters for a revision that no event of the keyspace's prefix had reached.",
+	})
 )
 
 const (
@@ -66,6 +70,12 @@ type KeySpace struct {
 	changed   chan struct{}
 	observers []observer
 	nextID    uint64
+	// watcher is the client that Watch runs on (nil before Watch):
+	// WaitForRevision asks its watch for progress.
+	watcher *clientv3.Client
+	// progressAsked is set once a waiter asked for progress, and cleared
+	// at each change: waiters share one request per change.
+	progressAsked bool
 }
 
 // observer is a function registered with Observe.
@@ -120,7 +130,21 @@ func (ks *KeySpace) Changed() <-chan struct{} {
 
 // WaitForRevision blocks until the mirror reflects at least rev, or ctx is
 // done, in which case it returns ctx.Err().
+//
+// rev is typically one that etcd told someone: of a write under another
+// prefix, say, carried in a request by a process whose own mirror moved
+// past it. No event under Root may ever come to reach it, so while Watch
+// runs, a waiter asks its watch for a progress notification, which moves
+// the mirror up to etcd's revision once the watch has caught up; it asks
+// again every progressRetry while it waits, since etcd drops a request
+// while any watch of the stream is still catching up.
 func (ks *KeySpace) WaitForRevision(ctx context.Context, rev int64) error {
+	var retry *time.Timer
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	for {
 		ks.mu.RLock()
 		cur, ch := ks.rev, ks.changed
@@ -128,12 +152,39 @@ func (ks *KeySpace) WaitForRevision(ctx context.Context, rev int64) error {
 		if cur >= rev {
 			return nil
 		}
+		ks.askProgress(ctx, false)
+		if retry == nil {
+			retry = time.NewTimer(progressRetry)
+		}
 		select {
 		case <-ch:
+		case <-retry.C:
+			retry.Reset(progressRetry)
+			ks.askProgress(ctx, true)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// progressRetry is how often a waiter asks again for watch progress.
+const progressRetry = 250 * time.Millisecond
+
+// askProgress requests a progress notification on the watch, unless
+// another waiter did since the last change and again is false. Best
+// effort: a failed request leaves the waiter to its next retry.
+func (ks *KeySpace) askProgress(ctx context.Context, again bool) {
+	ks.mu.Lock()
+	c := ks.watcher
+	if c == nil || (ks.progressAsked && !again) {
+		ks.mu.Unlock()
+		return
+	}
+	ks.progressAsked = true
+	ks.mu.Unlock()
+	progressRequests.Inc()
+	// The watch's stream is the one of contexts that require a leader.
+	_ = c.RequestProgress(clientv3.WithRequireLeader(ctx))
 }
 
 // Sync waits until the mirror reflects at least what etcd held when Sync
@@ -248,6 +299,7 @@ func (ks *KeySpace) decodeKV(raw *mvccpb.KeyValue) (any, bool) {
 // everyone waiting on Changed. The lock must be held.
 func (ks *KeySpace) publish(kvs KeyValues, rev int64) {
 	ks.kvs, ks.rev = kvs, rev
+	ks.progressAsked = false
 	for _, o := range ks.observers {
 		o.fn(kvs, rev)
 	}
@@ -271,6 +323,14 @@ func (ks *KeySpace) logger() *slog.Logger {
 // prefix at the latest revision, and etcd restarts by retrying with backoff;
 // each retry is logged.
 func (ks *KeySpace) Watch(ctx context.Context, client *clientv3.Client) error {
+	ks.mu.Lock()
+	ks.watcher = client
+	ks.mu.Unlock()
+	defer func() {
+		ks.mu.Lock()
+		ks.watcher = nil
+		ks.mu.Unlock()
+	}()
 	var bo backoff
 	needLoad := ks.Revision() == 0
 	for {

@@ -830,3 +830,43 @@ func TestSync(t *testing.T) {
 		}
 	}
 }
+
+// A revision that etcd reached by writes under other prefixes only is
+// reached promptly: a waiter asks the watch for progress rather than
+// waiting for an event under Root that may never come.
+func TestWaitForRevisionOfWritesElsewhere(t *testing.T) {
+	c, root := etcdtest.Client(t)
+	ks := New(root, decodeInt)
+	load(t, ks, c, 0)
+	startWatch(t, ks, c)
+	other := strings.TrimSuffix(root, "/") + "-elsewhere/"
+	for i := range 10 {
+		rev := put(t, c, other+strconv.Itoa(i), "x")
+		// Far less than the watch's own periodic progress (10 minutes),
+		// and than the 5 s that servers give a wait.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := ks.WaitForRevision(ctx, rev)
+		cancel()
+		if err != nil {
+			t.Fatalf("write %d elsewhere at revision %d: WaitForRevision: %v (mirror at %d)", i, rev, err, ks.Revision())
+		}
+	}
+	// Many waiters at once share requests, and all get there.
+	rev := put(t, c, other+"many", "x")
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			errs <- ks.WaitForRevision(ctx, rev)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("one of many waiters for revision %d: %v", rev, err)
+		}
+	}
+}
