@@ -18,7 +18,8 @@ import (
 // Dial connects to etcd at endpoints (comma-separated URLs; https ones
 // need files' CA, or the system's roots, to trust etcd, and its
 // certificate if etcd asks clients for one), and checks within timeout
-// that etcd answers, by counting the keys under prefix.
+// that etcd answers, by counting the keys under prefix, and that every
+// endpoint that answers runs a version Quire supports (see MinVersion).
 func Dial(ctx context.Context, endpoints string, files tlsconfig.Files, prefix string, timeout time.Duration) (*clientv3.Client, error) {
 	tls, err := files.Client()
 	if err != nil {
@@ -41,6 +42,10 @@ func Dial(ctx context.Context, endpoints string, files tlsconfig.Files, prefix s
 	if _, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("etcd %s does not answer: %w", endpoints, err)
+	}
+	if err := checkVersions(ctx, c, eps); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return c, nil
 }
