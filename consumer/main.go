@@ -44,9 +44,10 @@ type (
 	}
 )
 
-// Defaults of Main's serve flags: those of `quire dev`.
+// Defaults of Main's serve flags: those of `quire dev`. Every Quire
+// command and server reaches etcd at DefaultEtcd unless told otherwise.
 const (
-	DefaultEtcd   = "127.0.0.1:7701"
+	DefaultEtcd   = "http://127.0.0.1:7701"
 	DefaultBroker = "127.0.0.1:7700"
 )
 
@@ -209,7 +210,7 @@ fail over when its lease expires.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", DefaultEtcd), "comma-separated etcd endpoints (env QUIRE_ETCD)")
+	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", DefaultEtcd), "comma-separated etcd endpoints, host:port or http(s)://host:port (env QUIRE_ETCD)")
 	fl.StringVar(&f.prefix, "prefix", envOr("QUIRE_CONSUMER_PREFIX", defPrefix), "the application's key prefix in etcd, such as /quire/consumers/NAME/ (env QUIRE_CONSUMER_PREFIX)")
 	fl.StringVar(&f.zone, "zone", envOr("QUIRE_ZONE", "local"), "the process's zone, e.g. its availability zone (env QUIRE_ZONE)")
 	fl.StringVar(&f.suffix, "suffix", os.Getenv("QUIRE_SUFFIX"), "the process's name, unique in its zone (env QUIRE_SUFFIX; default HOSTNAME-PORT, the port of --listen)")
@@ -234,10 +235,8 @@ func (f *serveFlags) validate() error {
 	if strings.TrimSpace(f.etcd) == "" {
 		return usagef("--etcd is empty: give etcd endpoints such as %s (or set QUIRE_ETCD)", DefaultEtcd)
 	}
-	for _, e := range strings.Split(f.etcd, ",") {
-		if strings.TrimSpace(e) == "" {
-			return usagef("--etcd %q: an endpoint is empty", f.etcd)
-		}
+	if err := hostport.CheckEtcd("--etcd", f.etcd); err != nil {
+		return UsageError{err}
 	}
 	switch {
 	case f.prefix == "":
@@ -402,7 +401,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		err = errors.New("stopped at once, without draining: its shards fail over when its lease expires")
 	case errors.Is(err, allocator.ErrMemberGone):
-		err = fmt.Errorf("its lease expired (was it cut off from etcd for longer than --lease-ttl %s?) and its shards moved to other processes; start it again: %w", f.leaseTTL, err)
+		err = fmt.Errorf("its member key left etcd, and its shards moved to other processes; start it again: %w", err)
 	}
 	return err
 }

@@ -68,6 +68,8 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--prefix", "/"}, want: `--prefix "/"`},
 		{args: []string{"--etcd", ""}, want: "--etcd is empty"},
 		{args: []string{"--etcd", "a:1,,b:2"}, want: "an endpoint is empty"},
+		{args: []string{"--etcd", "etcd"}, want: `--etcd "etcd": endpoint "etcd": want host:port`},
+		{args: []string{"--etcd", "htp://etcd:2379"}, want: `want http:// or https://`},
 		{args: []string{"--zone", "a#b"}, want: "--zone"},
 		{args: []string{"--zone", ""}, want: "--zone is empty"},
 		{args: []string{"--suffix", "a/b"}, want: "--suffix"},
@@ -133,7 +135,7 @@ func TestServeDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	for flag, want := range map[string]string{
-		"prefix": "/quire/consumers/counting/", "etcd": "127.0.0.1:7701", "broker": "127.0.0.1:7700",
+		"prefix": "/quire/consumers/counting/", "etcd": "http://127.0.0.1:7701", "broker": "127.0.0.1:7700",
 		"zone": "local", "listen": "127.0.0.1:0", "lease-ttl": "8s", "drain-timeout": "20s",
 	} {
 		if got := serve.Flags().Lookup(flag).DefValue; got != want {

@@ -77,7 +77,7 @@ fail over when its lease expires.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", "http://127.0.0.1:2379"), "comma-separated etcd endpoints (env QUIRE_ETCD)")
+	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
 	fl.StringVar(&f.prefix, "prefix", envOr("QUIRE_BROKER_PREFIX", "/quire/brokers/"), "the brokers' key prefix in etcd (env QUIRE_BROKER_PREFIX)")
 	fl.StringVar(&f.zone, "zone", envOr("QUIRE_ZONE", "local"), "the broker's zone, e.g. its availability zone (env QUIRE_ZONE)")
 	fl.StringVar(&f.suffix, "suffix", envOr("QUIRE_SUFFIX", hostname), "the broker's name, unique in its zone (env QUIRE_SUFFIX; default the hostname)")
@@ -155,14 +155,15 @@ func (f *brokerFlags) validate() error {
 	return nil
 }
 
+// etcdFlagUsage is the help of every --etcd flag.
+const etcdFlagUsage = "comma-separated etcd endpoints, host:port or http(s)://host:port (env QUIRE_ETCD)"
+
 func validateEndpoints(flag, endpoints string) error {
 	if strings.TrimSpace(endpoints) == "" {
-		return usagef("%s is empty: give etcd endpoints such as http://127.0.0.1:2379", flag)
+		return usagef("%s is empty: give etcd endpoints such as %s (or set QUIRE_ETCD)", flag, defaultEtcd)
 	}
-	for _, e := range strings.Split(endpoints, ",") {
-		if strings.TrimSpace(e) == "" {
-			return usagef("%s %q: an endpoint is empty", flag, endpoints)
-		}
+	if err := hostport.CheckEtcd(flag, endpoints); err != nil {
+		return usageError{err}
 	}
 	return nil
 }
@@ -234,7 +235,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	case errors.Is(err, broker.ErrIsolated):
 		err = fmt.Errorf("it gave its journals up to other brokers (check the network between brokers); start it again on the same --dir: it serves again once it reaches its peers: %w", err)
 	case errors.Is(err, allocator.ErrMemberGone):
-		err = fmt.Errorf("its lease expired (was it cut off from etcd for longer than --lease %s?) and its journals moved to other brokers; start it again on the same --dir: its spools are recovered: %w", f.lease, err)
+		err = fmt.Errorf("its member key left etcd, and its journals moved to other brokers; start it again on the same --dir (its spools are recovered): %w", err)
 	}
 	return err
 }

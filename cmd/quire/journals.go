@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
@@ -30,6 +31,11 @@ import (
 // defaultBroker is the broker of `quire dev`, which journals commands use
 // when neither --broker nor QUIRE_BROKER names one.
 const defaultBroker = "127.0.0.1:7700"
+
+// defaultEtcd is the etcd of `quire dev`, which every command and server
+// uses when neither --etcd nor QUIRE_ETCD names one: the same default as
+// consumer processes'.
+const defaultEtcd = consumer.DefaultEtcd
 
 // applyBatch is the most changes sent in one Apply: each batch is one
 // etcd transaction, which etcd bounds (--max-txn-ops, 128 by default).

@@ -37,7 +37,7 @@ it exits once it holds nothing. A second signal exits at once.`,
 			return runMember(cmd.Context(), f)
 		},
 	}
-	cmd.Flags().StringVar(&f.etcd, "etcd", "http://127.0.0.1:2379", "comma-separated etcd endpoints")
+	cmd.Flags().StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "the fleet's key prefix, ending in '/'")
 	cmd.Flags().StringVar(&f.zone, "zone", "", "the member's zone")
 	cmd.Flags().StringVar(&f.suffix, "suffix", "", "the member's name, unique within its zone")
@@ -48,6 +48,9 @@ it exits once it holds nothing. A second signal exits at once.`,
 }
 
 func (f memberFlags) validate() error {
+	if err := validateEndpoints("--etcd", f.etcd); err != nil {
+		return err
+	}
 	if f.prefix == "" || !strings.HasSuffix(f.prefix, "/") {
 		return usagef("--prefix %q: want a key prefix ending in '/'", f.prefix)
 	}
