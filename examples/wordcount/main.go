@@ -10,13 +10,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
@@ -66,7 +69,9 @@ Exit once every word is acknowledged: durable in the journals.`,
 			}
 			defer journals.Close()
 			n, err := wordcount.Publish(cmd.Context(), journals, selector, cmd.InOrStdin())
-			if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("publish: no answer from broker %s: %w", broker, err)
+			} else if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "published %d words\n", n)
@@ -124,12 +129,24 @@ published before the query.`,
 
 func setupCommand() *cobra.Command {
 	var broker, addr, prefix string
+	var timeout time.Duration
 	var cfg wordcount.SetupConfig
 	cmd := &cobra.Command{
 		Use:   "setup",
 		Short: "Create the application's journals and shards, those that do not exist",
-		Args:  cobra.NoArgs,
+		Long: `Create the application's journals, through a broker, and its shards,
+through a process of the application, those that do not exist. Give up
+after --timeout if they do not answer.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case broker == "":
+				return usagef("--broker is empty")
+			case addr == "":
+				return usagef("--consumer is empty")
+			case timeout <= 0:
+				return usagef("--timeout %s: want a positive duration", timeout)
+			}
 			journals, err := client.New(cmd.Context(), client.Config{Broker: broker})
 			if err != nil {
 				return usagef("--broker %q: %v", broker, err)
@@ -141,18 +158,38 @@ func setupCommand() *cobra.Command {
 			}
 			defer conn.Close()
 			cfg.Journals, cfg.Shards, cfg.Root = journals, protocol.NewShardClient(conn), prefix
-			created, err := wordcount.Setup(cmd.Context(), cfg)
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			created, err := wordcount.Setup(ctx, cfg)
 			for _, c := range created {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: created\n", c)
 			}
-			return err
+			return setupError(err, broker, addr, timeout)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&broker, "broker", envOr("QUIRE_BROKER", consumer.DefaultBroker), "host:port of any broker (env QUIRE_BROKER)")
 	fl.StringVar(&addr, "consumer", envOr("QUIRE_CONSUMER", DefaultConsumer), "host:port of any process of the application (env QUIRE_CONSUMER)")
+	fl.DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the broker and the process to answer")
 	fl.StringVar(&prefix, "prefix", envOr("QUIRE_CONSUMER_PREFIX", "/quire/consumers/wordcount/"), "the application's key prefix in etcd, as its processes' --prefix (env QUIRE_CONSUMER_PREFIX)")
 	fl.Int32Var(&cfg.Replication, "replication", 1, "replication of the journals")
 	fl.IntVar(&cfg.HotStandbys, "hot-standbys", 0, "hot standbys of each shard")
 	return cmd
+}
+
+// setupError explains a failed setup, naming what did not answer: the
+// journals client retries an unreachable broker until the deadline, and
+// the Shard client fails at once when the process is unreachable.
+func setupError(err error, broker, consumer string, timeout time.Duration) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("setup: no answer from broker %s within %s (is it running? quire dev runs one; --broker or QUIRE_BROKER names another): %w",
+			broker, timeout, err)
+	case status.Code(err) == codes.Unavailable:
+		return fmt.Errorf("setup: the consumer process %s is unreachable (is it running? quire dev runs one; --consumer or QUIRE_CONSUMER names another): %w",
+			consumer, err)
+	}
+	return fmt.Errorf("setup: %w", err)
 }
