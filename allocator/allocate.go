@@ -211,6 +211,7 @@ func (a *allocator) round(ctx context.Context, s *State) (int64, error) {
 	assignmentsAdded.Add(float64(res.stats.added))
 	assignmentsRemoved.Add(float64(res.stats.removed))
 	assignmentsMoved.Add(float64(res.stats.moved))
+	a.logChanges(res)
 	if a.AfterRound != nil {
 		r.Revision, r.Txns, r.Committed = res.rev, total, res.committed
 		r.Added, r.Removed, r.Moved = res.stats.added, res.stats.removed, res.stats.moved
@@ -223,10 +224,19 @@ func (a *allocator) round(ctx context.Context, s *State) (int64, error) {
 		return 0, errConflict
 	}
 	convergeRounds.Inc()
-	a.Logger.Debug("converge round", "revision", res.rev, "txns", total,
-		"added", res.stats.added, "removed", res.stats.removed, "moved", res.stats.moved)
-	rev := res.rev
-	return rev, nil
+	return res.rev, nil
+}
+
+// logChanges tells operators what the leader's round changed: a failover
+// or a handoff is a promotion here (a move to slot 0). A round that
+// changed nothing says nothing, so a steady fleet is quiet.
+func (a *allocator) logChanges(res commitResult) {
+	st := res.stats
+	if st.added+st.removed+st.moved == 0 {
+		return
+	}
+	a.Logger.Info("leader changed assignments", "revision", res.rev,
+		"added", st.added, "removed", st.removed, "moved", st.moved, "txns", res.committed)
 }
 
 func (a *allocator) solve(s *State) time.Duration {

@@ -28,6 +28,7 @@ type fleet struct {
 	ks      *keyspace.KeySpace // the checker's mirror
 	maxOps  int
 	members map[string]*process
+	logger  *slog.Logger // of the members' Allocate; nil means testLogger
 
 	mu         sync.Mutex
 	violations []string
@@ -172,7 +173,7 @@ func (f *fleet) join(zone, suffix string, limit int) *process {
 		defer f.wg.Done()
 		p.done <- Allocate(ctx, Config{
 			Client: f.client, KeySpace: ks, Member: key, Ready: testReady,
-			MaxTxnOps: f.maxOps, AfterRound: f.afterRound, Idle: f.onIdle, Logger: testLogger,
+			MaxTxnOps: f.maxOps, AfterRound: f.afterRound, Idle: f.onIdle, Logger: f.memberLogger(),
 		})
 	}()
 	go func() {
@@ -181,6 +182,13 @@ func (f *fleet) join(zone, suffix string, limit int) *process {
 	}()
 	f.members[zone+"/"+suffix] = p
 	return p
+}
+
+func (f *fleet) memberLogger() *slog.Logger {
+	if f.logger != nil {
+		return f.logger
+	}
+	return testLogger
 }
 
 // own marks the process's new assignments ready, as an owner (a broker
