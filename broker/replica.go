@@ -96,7 +96,22 @@ func (r *replica) update(spec *protocol.JournalSpec, route *protocol.Route) {
 		default:
 		}
 	}
+	r.logPrimaryChange(r.route, route)
 	r.route = route
+}
+
+// logPrimaryChange says when this broker becomes, or stops being, the
+// journal's primary: a failover or a handoff, seen from the broker.
+// Changes among the other replicas are not logged, nor is a route that
+// keeps the primary: a steady broker is quiet.
+func (r *replica) logPrimaryChange(old, route *protocol.Route) {
+	was, is := indexOf(old, r.srv.id) == 0, indexOf(route, r.srv.id) == 0
+	switch {
+	case is && !was:
+		r.srv.log.Info("serving as the journal's primary", "journal", r.journal, "route", routeText(route), "revision", route.GetRevision())
+	case was && !is:
+		r.srv.log.Info("no longer the journal's primary", "journal", r.journal, "route", routeText(route), "revision", route.GetRevision())
+	}
 }
 
 // markSynced records that the replica took a proposal of the primary of

@@ -50,6 +50,7 @@ type replica struct {
 	want       Status        // the status to keep in the assignment
 	promoted   chan struct{} // closed once assigned slot 0
 	isPromoted bool
+	promotedAt time.Time // when it was assigned slot 0: a failover's clock
 
 	// Set once the primary serves (ready closed).
 	ready chan struct{}
@@ -78,6 +79,11 @@ func newReplica(srv *Server, spec *ShardSpec, a allocator.AssignmentKV) *replica
 		ready: make(chan struct{}), committedCh: make(chan struct{}),
 		readThrough: map[string]int64{}, heads: map[string]int64{}}
 	r.held = sync.NewCond(&r.holdMu)
+	if a.Slot == 0 {
+		r.log.Info("shard replica started as primary", "slot", a.Slot)
+	} else {
+		r.log.Info("shard standby started", "slot", a.Slot)
+	}
 	r.update(spec, a)
 	return r
 }
@@ -86,11 +92,14 @@ func newReplica(srv *Server, spec *ShardSpec, a allocator.AssignmentKV) *replica
 func (r *replica) update(spec *ShardSpec, a allocator.AssignmentKV) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.spec, r.assignment = spec, a
 	if a.Slot == 0 && !r.isPromoted {
-		r.isPromoted = true
+		if r.assignment.KV != nil {
+			r.log.Info("shard standby promoted to primary", "from", r.assignment.Slot)
+		}
+		r.isPromoted, r.promotedAt = true, time.Now()
 		close(r.promoted)
 	}
+	r.spec, r.assignment = spec, a
 	r.wake()
 }
 
@@ -132,6 +141,7 @@ func (r *replica) run() {
 
 	err := r.serve()
 	if err == nil || r.ctx.Err() != nil {
+		r.logStopped()
 		return
 	}
 	r.log.Error("shard replica failed", "err", err)
@@ -145,6 +155,20 @@ func (r *replica) run() {
 		}
 	}
 	<-r.ctx.Done() // FAILED until unassigned, or the process stops.
+}
+
+// logStopped says that the replica ended, and why: its process stops, or
+// the resolver stopped it.
+func (r *replica) logStopped() {
+	role := "standby"
+	if r.isPrimary() {
+		role = "primary"
+	}
+	why := "unassigned, moved off slot 0, or restarted for a changed spec"
+	if r.srv.ctx.Err() != nil {
+		why = "the process is stopping"
+	}
+	r.log.Info("shard "+role+" stopped", "why", why)
 }
 
 // forgetLag removes the replica's series of quire_consumer_source_lag_bytes
@@ -215,6 +239,7 @@ func (r *replica) serve() error {
 	case <-r.promoted:
 	default:
 		r.setStatus(Status{Code: protocol.ReplicaCode_STANDBY})
+		r.log.Info("shard standby ready: tailing the recovery log", "log", spec.RecoveryLog())
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
@@ -354,7 +379,7 @@ func (r *replica) servingPrimary(sh *Shard, st store.Store, cp store.Checkpoint)
 	close(r.ready)
 	r.want = Status{Code: protocol.ReplicaCode_PRIMARY}
 	r.wake()
-	r.log.Info("shard primary serving")
+	r.log.Info("shard primary serving", "sincePromoted", time.Since(r.promotedAt))
 }
 
 // takeOver creates the recorder that continues the player's log, fencing
