@@ -212,6 +212,7 @@ func (c *Client) appendOutcome(ctx context.Context, req *AppendRequest, t target
 		case isTransientCode(ctx, err):
 			avoid[t.endpoint] = true
 			c.router.invalidate(req.Journal, t.endpoint)
+			c.warnUnreachable("append", req.Journal, t.endpoint, err)
 			return true, false, fmt.Errorf("client: append journal %q via %s: %w", req.Journal, t.endpoint, err)
 		}
 		return false, false, fmt.Errorf("client: append journal %q via %s: %w", req.Journal, t.endpoint, ctxError(ctx, err))

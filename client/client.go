@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quire-dev/quire/internal/rpcbuf"
@@ -28,11 +33,17 @@ const (
 
 // Config configures a Client.
 type Config struct {
-	// Broker is the gRPC target ("host:port") of any broker. Requests go
-	// there until the client has learned a journal's route.
+	// Broker is the gRPC target ("host:port") of any broker, or of several,
+	// comma-separated ("b1:7700,b2:7700"). Requests go there until the
+	// client has learned a journal's route: to the first, and on to the
+	// next while one is unreachable.
 	Broker string
 	// Zone is the client's zone. Reads prefer a replica in it.
 	Zone string
+	// Logger, if set, is told (at warn, at most every
+	// UnreachableWarnInterval) while requests wait for an unreachable
+	// broker, with its address and the error. Nil logs nothing.
+	Logger *slog.Logger
 	// DialOptions are added after the client's defaults, which are only
 	// insecure transport credentials; later options override them.
 	DialOptions []grpc.DialOption
@@ -50,10 +61,20 @@ type Config struct {
 	Backoff, MaxBackoff time.Duration
 }
 
+// UnreachableWarnInterval is the least time between a Client's warnings
+// of unreachable brokers (Config.Logger): a client retrying every few
+// milliseconds says so once, not every time.
+const UnreachableWarnInterval = 5 * time.Second
+
 func (cfg *Config) withDefaults() (Config, error) {
 	c := *cfg
-	if c.Broker == "" {
+	if strings.TrimSpace(c.Broker) == "" {
 		return c, errors.New("client: config: Broker is empty")
+	}
+	for _, b := range strings.Split(c.Broker, ",") {
+		if strings.TrimSpace(b) == "" {
+			return c, fmt.Errorf("client: config: Broker %q: a broker is empty", c.Broker)
+		}
 	}
 	if c.MaxAppendBuffer == 0 {
 		c.MaxAppendBuffer = DefaultMaxAppendBuffer
@@ -77,6 +98,9 @@ type Client struct {
 	cfg    Config
 	router *router
 	pool   *pool
+	// nextWarn is when, in Unix nanoseconds, the next warning of an
+	// unreachable broker may be logged.
+	nextWarn atomic.Int64
 }
 
 // New returns a Client of the brokers reachable through cfg.Broker. It
@@ -93,9 +117,32 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	opts := append(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, rpcbuf.DialOptions()...), c.DialOptions...)
 	return &Client{
 		cfg:    c,
-		router: newRouter(c.Broker, c.Zone),
+		router: newRouter(splitBrokers(c.Broker), c.Zone),
 		pool:   &pool{opts: opts, conns: make(map[string]*grpc.ClientConn)},
 	}, nil
+}
+
+func splitBrokers(list string) []string {
+	var out []string
+	for _, b := range strings.Split(list, ",") {
+		out = append(out, strings.TrimSpace(b))
+	}
+	return out
+}
+
+// warnUnreachable logs, at most every UnreachableWarnInterval, that a
+// request waits for the broker at endpoint, which is unreachable. Other
+// failures are answers or pass at once, and are not logged.
+func (c *Client) warnUnreachable(op, journal, endpoint string, err error) {
+	if c.cfg.Logger == nil || status.Code(err) != codes.Unavailable {
+		return
+	}
+	now, next := time.Now().UnixNano(), c.nextWarn.Load()
+	if now < next || !c.nextWarn.CompareAndSwap(next, now+int64(UnreachableWarnInterval)) {
+		return
+	}
+	c.cfg.Logger.Warn("waiting for a broker: unreachable; retrying", "broker", endpoint, "op", op,
+		"journal", journal, "err", err)
 }
 
 // Close closes the client's connections. Requests in flight fail.

@@ -23,11 +23,13 @@
 // the broker not to proxy (do_not_proxy). A broker that is no longer the
 // primary or a replica answers NOT_PRIMARY or NOT_REPLICA with its own,
 // newer, route, and the client retries at once where that route says.
-// Without a route, requests go to Config.Broker, which proxies them; its
-// answer teaches the client the route. A route that names an unreachable
-// broker is forgotten, and the request is retried on another broker,
-// avoiding those that just failed: the default broker, then any broker
-// the client has seen in a route, each of which proxies.
+// Without a route, requests go to Config.Broker (the first of its brokers,
+// if it lists several), which proxies them; its answer teaches the client
+// the route. A route that names an unreachable broker is forgotten, and
+// the request is retried on another broker, avoiding those that just
+// failed: the configured brokers in order, then any broker the client has
+// seen in a route, each of which proxies. With Config.Logger set, the
+// client warns while requests wait for an unreachable broker.
 //
 // The client keeps one gRPC connection per broker endpoint, for the life
 // of the Client.

@@ -146,6 +146,7 @@ func (c *Client) call(ctx context.Context, spec callSpec,
 		case err != nil && spec.retry && isTransientCode(ctx, err):
 			avoid[t.endpoint] = true
 			c.router.invalidate(spec.journal, t.endpoint)
+			c.warnUnreachable(spec.op, spec.journal, t.endpoint, err)
 			lastErr = fmt.Errorf("client: %s via %s: %w", name, t.endpoint, err)
 		case err != nil:
 			return fmt.Errorf("client: %s via %s: %w", name, t.endpoint, ctxError(ctx, err))

@@ -192,6 +192,7 @@ func (r *Reader) open() error {
 func (r *Reader) retryable(err error, endpoint string) error {
 	readRetries.WithLabelValues(grpcCode(err)).Inc()
 	r.c.router.invalidate(r.req.Journal, endpoint)
+	r.c.warnUnreachable("read", r.req.Journal, endpoint, err)
 	if cerr := r.ctx.Err(); cerr != nil {
 		return fmt.Errorf("client: read journal %q: %w", r.req.Journal, cerr)
 	}

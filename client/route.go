@@ -28,8 +28,8 @@ const (
 // router caches each journal's route as learned from response headers, and
 // chooses the broker each request goes to.
 type router struct {
-	broker string // The configured default broker.
-	zone   string
+	brokers []string // The configured brokers, tried in order.
+	zone    string
 
 	mu     sync.Mutex
 	routes map[string]*protocol.Route
@@ -59,12 +59,12 @@ func (r *router) header() *protocol.Header {
 	return nil
 }
 
-func newRouter(broker, zone string) *router {
+func newRouter(brokers []string, zone string) *router {
 	return &router{
-		broker: broker,
-		zone:   zone,
-		routes: make(map[string]*protocol.Route),
-		known:  make(map[string]struct{}),
+		brokers: brokers,
+		zone:    zone,
+		routes:  make(map[string]*protocol.Route),
+		known:   make(map[string]struct{}),
 	}
 }
 
@@ -115,7 +115,8 @@ func (r *router) route(journal string) *protocol.Route {
 // avoid (those that just failed). With a cached route, appends go to the
 // primary and reads to a replica in the client's zone (else the primary),
 // proxy-less. Failing those, requests go to any other broker, which
-// proxies them: the default broker first, then brokers seen in routes. If
+// proxies them: the configured brokers first, in order, then brokers seen
+// in routes. If
 // every candidate is to be avoided, avoid is cleared and the first is used.
 func (r *router) pick(journal string, p purpose, avoid map[string]bool) target {
 	cands := r.candidates(journal, p)
@@ -159,7 +160,9 @@ func (r *router) candidates(journal string, p purpose) []target {
 			}
 		}
 	}
-	add(r.broker, false)
+	for _, b := range r.brokers {
+		add(b, false)
+	}
 	others := make([]string, 0, len(r.known))
 	for ep := range r.known {
 		others = append(others, ep)

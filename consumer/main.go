@@ -217,7 +217,7 @@ fail over when its lease expires.`,
 	fl.StringVar(&f.listen, "listen", envOr("QUIRE_LISTEN", "127.0.0.1:0"), "host:port to serve gRPC on; port 0 picks a free one (env QUIRE_LISTEN)")
 	fl.StringVar(&f.advertise, "advertise", "", "host:port that other processes reach this one at (default: the address --listen bound, or HOSTNAME:PORT if it listens on all interfaces)")
 	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_CONSUMER_DIR"), "directory of the shards' local stores, emptied at start (env QUIRE_CONSUMER_DIR; default a temporary directory, removed at exit)")
-	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", DefaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", DefaultBroker), "host:port of any broker, or several, comma-separated: tried in turn while one is unreachable (env QUIRE_BROKER)")
 	fl.StringVar(&f.metrics, "metrics", os.Getenv("QUIRE_METRICS"), "host:port serving Prometheus metrics at /metrics (env QUIRE_METRICS; default: none)")
 	fl.IntVar(&f.limit, "limit", DefaultLimit, "most shard replicas the process holds")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
@@ -260,11 +260,11 @@ func (f *serveFlags) validate() error {
 			return err
 		}
 	}
-	if f.broker == "" {
-		return usagef("--broker is empty: give host:port of a broker, such as %s (or set QUIRE_BROKER)", DefaultBroker)
+	if strings.TrimSpace(f.broker) == "" {
+		return usagef("--broker is empty: give host:port of a broker, such as %s, or several, comma-separated (or set QUIRE_BROKER)", DefaultBroker)
 	}
-	if err := validateHostPort("--broker", f.broker, false); err != nil {
-		return err
+	if err := hostport.CheckList("--broker", f.broker); err != nil {
+		return UsageError{err}
 	}
 	if f.metrics != "" {
 		if err := validateHostPort("--metrics", f.metrics, true); err != nil {
@@ -367,7 +367,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 		return fmt.Errorf("%w (is quire dev running?)", err)
 	}
 	defer etcd.Close()
-	journals, err := client.New(ctx, client.Config{Broker: f.broker, Zone: f.zone, DialOptions: dialOpts})
+	journals, err := client.New(ctx, client.Config{Broker: f.broker, Zone: f.zone, DialOptions: dialOpts, Logger: slog.Default()})
 	if err != nil {
 		return err
 	}

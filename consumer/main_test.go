@@ -78,6 +78,8 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--advertise", "host:0"}, want: `--advertise "host:0"`},
 		{args: []string{"--broker", ""}, want: "--broker is empty"},
 		{args: []string{"--broker", "nowhere"}, want: `--broker "nowhere"`},
+		{args: []string{"--broker", "b1:7700,,b2:7700"}, want: "an address is empty"},
+		{args: []string{"--broker", "b1:7700,b2"}, want: `--broker "b2"`},
 		{args: []string{"--metrics", "9100"}, want: `--metrics "9100"`},
 		{args: []string{"--limit", "0"}, want: "--limit 0"},
 		{args: []string{"--limit", "many"}, want: `"many"`},

@@ -26,6 +26,12 @@ func (l *jsonLog) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
+func (l *jsonLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
 // messages returns the messages that process logged at info about shard,
 // in order.
 func (l *jsonLog) messages(t *testing.T, process, shard string) []string {

@@ -264,7 +264,7 @@ func startDevConsumer(ctx context.Context, d devCluster) (*devConsumer, error) {
 	} else if removed {
 		slog.Info("removed the word-count consumer's member key that a previous quire dev left")
 	}
-	journals, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String()})
+	journals, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String(), Logger: slog.Default()})
 	if err != nil {
 		return nil, err
 	}

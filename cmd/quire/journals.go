@@ -23,6 +23,7 @@ import (
 
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/internal/hostport"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
@@ -31,6 +32,17 @@ import (
 // defaultBroker is the broker of `quire dev`, which journals commands use
 // when neither --broker nor QUIRE_BROKER names one.
 const defaultBroker = "127.0.0.1:7700"
+
+// brokerFlagUsage is the help of every --broker flag.
+const brokerFlagUsage = "host:port of any broker, or several, comma-separated: tried in turn while one is unreachable (env QUIRE_BROKER)"
+
+// validateBrokers checks a --broker value: one or more host:port.
+func validateBrokers(list string) error {
+	if err := hostport.CheckList("--broker", list); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
 
 // defaultEtcd is the etcd of `quire dev`, which every command and server
 // uses when neither --etcd nor QUIRE_ETCD names one: the same default as
@@ -50,7 +62,7 @@ type journalsFlags struct {
 
 // addFlags adds the flags of every command that talks to brokers.
 func (jf *journalsFlags) addFlags(pf *pflag.FlagSet, timeoutUsage string) {
-	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
 	pf.DurationVar(&jf.timeout, "timeout", 10*time.Second, timeoutUsage)
 	jf.tls.AddFlags(pf, "tls", "QUIRE_TLS", "this client")
 }
@@ -90,7 +102,7 @@ Errors are printed on standard error with a non-zero exit; bad input
 
 // connect validates the flags and returns a client of the broker.
 func (jf *journalsFlags) connect(ctx context.Context) (*client.Client, error) {
-	if err := validateHostPort("--broker", jf.broker); err != nil {
+	if err := validateBrokers(jf.broker); err != nil {
 		return nil, err
 	}
 	if jf.timeout <= 0 {

@@ -253,7 +253,7 @@ error (updated in place on a terminal); a summary to standard output.`,
 	fl := cmd.Flags()
 	fl.StringVarP(&f.shard, "shard", "s", "", "the shard's ID")
 	fl.StringVar(&f.dir, "dir", "", "directory to recover the store into: new, or empty")
-	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
 	return cmd
 }
 
@@ -302,7 +302,7 @@ func runShardsRecover(ctx context.Context, stdout, stderr io.Writer, sf *shardsF
 	if err := validateShardFlag(f.shard); err != nil {
 		return err
 	}
-	if err := validateHostPort("--broker", f.broker); err != nil {
+	if err := validateBrokers(f.broker); err != nil {
 		return err
 	}
 	if err := sf.validate(); err != nil {
@@ -509,7 +509,7 @@ from hints older than those stored, fails once the log is pruned.`,
 	fl.StringVarP(&f.selector, "selector", "l", "", "label selector of the shards whose logs to prune")
 	fl.BoolVar(&f.all, "all", false, "prune every shard's recovery log")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "list the fragments that would be removed, and remove nothing")
-	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
 	return cmd
 }
 
@@ -518,7 +518,7 @@ func runShardsPrune(ctx context.Context, stdout, stderr io.Writer, sf *shardsFla
 	if err != nil {
 		return err
 	}
-	if err := validateHostPort("--broker", f.broker); err != nil {
+	if err := validateBrokers(f.broker); err != nil {
 		return err
 	}
 	c, err := sf.connect()
