@@ -34,6 +34,10 @@ type Config struct {
 	// Member is this process's member key, as returned by MemberKey and
 	// announced with Announce.
 	Member string
+	// Lease, if set, is the lease the member key was announced under: a
+	// key of that name under another lease is another process's, and
+	// Allocate returns ErrMemberGone.
+	Lease clientv3.LeaseID
 	// Ready tells which replicas are ready. Nil means AllReady.
 	Ready ReadyFunc
 	// InitialValue is the value of a newly created assignment.
@@ -131,6 +135,8 @@ func (a *allocator) run(ctx context.Context) error {
 		switch {
 		case self < 0:
 			return ErrMemberGone
+		case a.Lease != 0 && clientv3.LeaseID(s.Members[self].KV.Lease) != a.Lease:
+			return fmt.Errorf("%w: it is under lease %x, not this process's %x", ErrMemberGone, s.Members[self].KV.Lease, int64(a.Lease))
 		case s.Members[self].Value.IsExiting() && s.Load[self] == 0:
 			a.Logger.Info("drained: member holds no assignments")
 			return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -350,6 +351,54 @@ func TestAnnounceWaitsForTheHolder(t *testing.T) {
 	}
 	if _, err := first.Update(ctx, `{"itemLimit":3}`); !errors.Is(err, ErrMemberGone) {
 		t.Fatalf("stale announcement's update: %v, want ErrMemberGone", err)
+	}
+}
+
+// A member key whose holder keeps renewing its lease is a live process's:
+// Announce refuses the name, naming the holder, rather than wait forever.
+// One whose lease runs out (a crashed process, restarted) is waited for.
+func TestAnnounceRefusesALiveHolder(t *testing.T) {
+	client, root := etcdtest.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	key := MemberKey(root, "z", "live")
+	live, err := client.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	defer stopKeeping()
+	if _, err := client.KeepAlive(keepCtx, live.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Announce(ctx, client, key, `{"itemLimit":1,"endpoint":"10.0.0.1:8080"}`, live.ID); err != nil {
+		t.Fatal(err)
+	}
+	second, err := client.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Announce(ctx, client, key, `{"itemLimit":2}`, second.ID)
+	if !errors.Is(err, ErrMemberHeld) || !strings.Contains(err.Error(), "10.0.0.1:8080") || !strings.Contains(err.Error(), key) {
+		t.Fatalf("announcing a live holder's name: %v, want ErrMemberHeld naming the key and the holder", err)
+	}
+	resp, err := client.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != live.ID {
+		t.Fatalf("the live holder's key changed: %v", resp.Kvs)
+	}
+
+	// Once the holder stops renewing (it died), its lease runs out and the
+	// name is announced under the new lease.
+	stopKeeping()
+	ann, err := Announce(ctx, client, key, `{"itemLimit":2}`, second.ID)
+	if err != nil {
+		t.Fatalf("announcing after the holder died: %v", err)
+	}
+	if ann.Lease != second.ID {
+		t.Fatalf("announced under lease %x, want %x", ann.Lease, second.ID)
 	}
 }
 

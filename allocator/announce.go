@@ -2,8 +2,10 @@ package allocator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,12 +21,25 @@ type Announcement struct {
 	client   *clientv3.Client
 }
 
+// ErrMemberHeld is returned, wrapped, by Announce when the member key is
+// held by another process that is alive: two processes must never share a
+// member name, since assignments are addressed to names.
+var ErrMemberHeld = errors.New("member name is held by another live process")
+
+// holderGrace is how long past the remaining TTL it first saw a holder's
+// lease is given to expire before the holder is judged alive: etcd may
+// extend leases by about an election timeout when its leader changes.
+const holderGrace = 3 * time.Second
+
 // Announce creates key with value under lease. If the key exists under
 // another lease — another process announced the same member — Announce
-// never overwrites it: it waits until that key is deleted (its process
-// exits or its lease expires) and then announces, or returns ctx's error.
-// If the key exists under the same lease (an earlier call of this process),
-// it is adopted as is.
+// never overwrites it. If that lease runs out, its process died (or this
+// is its restart, within the old lease), and Announce waits until the key
+// is deleted with it and then announces. If the lease outlives the time it
+// had left when Announce first looked, its holder is renewing it: the name
+// is a live process's, and Announce returns ErrMemberHeld, naming it. It
+// returns ctx's error if ctx ends first. If the key exists under the same
+// lease (an earlier call of this process), it is adopted as is.
 func Announce(ctx context.Context, client *clientv3.Client, key, value string, lease clientv3.LeaseID) (*Announcement, error) {
 	for {
 		resp, err := client.Txn(ctx).
@@ -45,10 +60,49 @@ func Announce(ctx context.Context, client *clientv3.Client, key, value string, l
 		if clientv3.LeaseID(kvs[0].Lease) == lease {
 			return &Announcement{Key: key, Revision: kvs[0].CreateRevision, Lease: lease, client: client}, nil
 		}
-		slog.Warn("member key is held by another process; waiting for it to go",
-			"key", key, "lease", fmt.Sprintf("%x", kvs[0].Lease))
-		if err := waitDeleted(ctx, client, key, resp.Header.Revision); err != nil {
-			return nil, fmt.Errorf("announcing %s: waiting for the other holder: %w", key, err)
+		if err := awaitHolder(ctx, client, kvs[0], resp.Header.Revision); err != nil {
+			return nil, fmt.Errorf("announcing %s: %w", key, err)
+		}
+	}
+}
+
+// awaitHolder returns once holder, a member key of another lease, is
+// deleted after revision rev; or ErrMemberHeld once its lease outlives
+// what it had left at first sight (plus holderGrace).
+func awaitHolder(ctx context.Context, client *clientv3.Client, holder *mvccpb.KeyValue, rev int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	deleted := make(chan error, 1)
+	go func() { deleted <- waitDeleted(ctx, client, string(holder.Key), rev) }()
+	defer func() { cancel(); <-deleted }()
+
+	id := clientv3.LeaseID(holder.Lease)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var expiry time.Time // when the holder's lease runs out, if nobody renews it
+	for {
+		if ttl, err := client.TimeToLive(ctx, id); err == nil && ttl.TTL >= 0 {
+			now := time.Now()
+			left := time.Duration(ttl.TTL) * time.Second
+			switch {
+			case expiry.IsZero():
+				expiry = now.Add(left + time.Second) // TTLs are whole seconds, rounded down.
+				slog.Warn("member key is held by another process; waiting for its lease to run out (if it is renewed, that process is alive and this one stops)",
+					"key", string(holder.Key), "holder", string(holder.Value), "lease", fmt.Sprintf("%x", int64(id)), "left", left)
+			case now.After(expiry.Add(holderGrace)):
+				return fmt.Errorf("%w: key %s is under lease %x, which its holder keeps renewing (it announced %s); give each process its own zone and suffix, or stop the other one",
+					ErrMemberHeld, holder.Key, int64(id), holder.Value)
+			}
+		}
+		select {
+		case err := <-deleted:
+			deleted <- err // For the deferred receive.
+			if err != nil {
+				return fmt.Errorf("waiting for the other holder: %w", err)
+			}
+			return nil
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the other holder: %w", ctx.Err())
 		}
 	}
 }

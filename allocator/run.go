@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/quire-dev/quire/keyspace"
 )
 
@@ -40,6 +42,13 @@ type MemberConfig struct {
 	// second signal would cost. Drained is then called and Run returns nil,
 	// as after any drain. Zero waits as long as it takes.
 	DrainTimeout time.Duration
+	// Announced, if set, is called once the member is announced under its
+	// own lease and the keyspace reflects it, before it allocates. A
+	// server serves the member's assignments only from then on, and only
+	// those under ann.Lease: until then, any assignment of the member's
+	// name is another process's (a live duplicate, or the process this
+	// one restarts, whose lease has not yet run out).
+	Announced func(ann *Announcement)
 	// Resign, if set, is a channel whose close makes Run give the member's
 	// items up at once: it revokes the member's lease (its assignments go
 	// with it, as if it had died, but without waiting for the lease to
@@ -83,7 +92,10 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 	if err := cfg.mirror(ctx, &wg, ann); err != nil {
 		return err
 	}
-	cfg.Member = ann.Key
+	cfg.Member, cfg.Lease = ann.Key, ann.Lease
+	if cfg.Announced != nil {
+		cfg.Announced(ann)
+	}
 	done := make(chan error, 1)
 	wg.Add(1)
 	go func() {
@@ -92,7 +104,7 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 	}()
 	select {
 	case err := <-done:
-		return err
+		return explainGone(ctx, cfg, ann, err)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-cfg.Resign:
@@ -100,6 +112,35 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 	case <-drain:
 	}
 	return drainMember(ctx, cfg, ann, done)
+}
+
+// explainGone adds to an ErrMemberGone why the member's key left: its
+// lease ran out or was revoked, or the key was deleted while the lease
+// lives, or the keyspace lost sight of a key that etcd still holds.
+// Operators act differently on each.
+func explainGone(ctx context.Context, cfg MemberConfig, ann *Announcement, err error) error {
+	if !errors.Is(err, ErrMemberGone) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ttl, lerr := cfg.Client.TimeToLive(ctx, ann.Lease)
+	if lerr != nil {
+		return fmt.Errorf("%w (and asking etcd about its lease %x failed: %v)", err, int64(ann.Lease), lerr)
+	}
+	if ttl.TTL < 0 {
+		return fmt.Errorf("%w: its lease %x ran out or was revoked (was the process cut off from etcd, or frozen, for longer than its TTL %s?)", err, int64(ann.Lease), cfg.LeaseTTL)
+	}
+	resp, gerr := cfg.Client.Get(ctx, ann.Key)
+	switch {
+	case gerr != nil:
+		return fmt.Errorf("%w, though its lease %x lives (and reading the key failed: %v)", err, int64(ann.Lease), gerr)
+	case len(resp.Kvs) == 0:
+		return fmt.Errorf("%w: it was deleted while its lease %x lives (by an operator, or a program writing under %s)", err, int64(ann.Lease), cfg.Root)
+	case clientv3.LeaseID(resp.Kvs[0].Lease) != ann.Lease:
+		return fmt.Errorf("%w: it was replaced, under lease %x, while this process's lease %x lives (by an operator, or a program writing under %s)", err, resp.Kvs[0].Lease, int64(ann.Lease), cfg.Root)
+	}
+	return fmt.Errorf("%w, though etcd holds it: this process's view of etcd missed events (is etcd older than 3.5.8?)", err)
 }
 
 // resign revokes the member's lease, and returns ErrResigned, or why the

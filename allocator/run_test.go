@@ -3,6 +3,7 @@ package allocator
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,5 +163,25 @@ func (f *fleet) awaitMember(zone, suffix string) {
 		case <-ctx.Done():
 			f.t.Fatalf("member %s/%s never announced", zone, suffix)
 		}
+	}
+}
+
+// A member whose key is deleted while its lease lives (by an operator)
+// ends with ErrMemberGone saying so, not blaming its lease.
+func TestMemberGoneSaysWhy(t *testing.T) {
+	f := newFleet(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := f.runMember(ctx, nil, MemberConfig{Zone: "z1", Suffix: "deleted", Spec: MemberSpec{Limit: 4}})
+	if _, err := f.client.Delete(ctx, MemberKey(f.root, "z1", "deleted")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrMemberGone) || !strings.Contains(err.Error(), "deleted while its lease") {
+			t.Fatalf("Run after its key was deleted: %v, want ErrMemberGone saying it was deleted", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/keyspace"
@@ -23,6 +25,12 @@ type resolver struct {
 	state    *allocator.State
 	journals map[string]resolved
 	replicas map[string]*replica
+	// lease is the member's own lease, once announced (zero before): only
+	// assignments under it are this broker's. Until then any assignment
+	// of its name is another process's — a live broker of the same name,
+	// or the one this process restarts, whose lease has not yet run out —
+	// and serving it would open a second spool of the same replica.
+	lease clientv3.LeaseID
 }
 
 type resolved struct {
@@ -61,11 +69,35 @@ func (rs *resolver) observe(kvs keyspace.KeyValues, rev int64) {
 	rs.updateReplicas()
 }
 
+// announced makes the assignments under lease this broker's.
+func (rs *resolver) announced(lease clientv3.LeaseID) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.lease = lease
+	if rs.state != nil {
+		rs.updateReplicas()
+	}
+}
+
+// holds tells whether journal id is assigned to this broker under its own
+// lease. rs.mu is held.
+func (rs *resolver) holds(id string) bool {
+	if rs.lease == 0 {
+		return false
+	}
+	for _, a := range rs.state.ItemAssignments(id) {
+		if a.Zone == rs.srv.id.Zone && a.Suffix == rs.srv.id.Suffix && clientv3.LeaseID(a.KV.Lease) == rs.lease {
+			return true
+		}
+	}
+	return false
+}
+
 // updateReplicas creates replicas of journals newly assigned here, updates
 // the others, and ends those no longer assigned.
 func (rs *resolver) updateReplicas() {
 	for id, j := range rs.journals {
-		if indexOf(j.route, rs.srv.id) < 0 {
+		if !rs.holds(id) {
 			continue
 		}
 		r, ok := rs.replicas[id]
@@ -80,7 +112,7 @@ func (rs *resolver) updateReplicas() {
 		r.update(j.spec, j.route)
 	}
 	for id, r := range rs.replicas {
-		if j, ok := rs.journals[id]; !ok || indexOf(j.route, rs.srv.id) < 0 {
+		if j, ok := rs.journals[id]; !ok || !rs.holds(id) {
 			delete(rs.replicas, id)
 			rs.srv.wg.Add(1)
 			rs.srv.ending.Add(1)

@@ -207,6 +207,10 @@ func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
 		},
 		DrainTimeout: s.cfg.DrainTimeout,
 		Resign:       resign,
+		Announced: func(ann *allocator.Announcement) {
+			s.log.Info("announced; serving the journals assigned to this broker", "member", ann.Key, "lease", fmt.Sprintf("%x", int64(ann.Lease)))
+			s.resolver.announced(ann.Lease)
+		},
 	})
 	if errors.Is(err, allocator.ErrResigned) {
 		cancel()

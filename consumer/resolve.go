@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/protocol"
 	"github.com/quire-dev/quire/store"
@@ -87,6 +89,14 @@ func (s *Server) resolveIn(state *allocator.State, id string) (Resolution, *repl
 	res.Endpoint = endpointOf(state, a)
 	if a.Zone != s.cfg.Zone || a.Suffix != s.cfg.Suffix {
 		return res, nil, nil
+	}
+	if lease := s.resolver.ownLease(); lease == 0 || clientv3.LeaseID(a.KV.Lease) != lease {
+		// Another process of this name holds it: a live duplicate, served
+		// at its own endpoint, or the process this one restarts.
+		if res.Endpoint != s.cfg.Endpoint {
+			return res, nil, nil
+		}
+		return res, nil, fmt.Errorf("%w: %s: assigned to an earlier process of this name, whose lease has not run out", ErrNoPrimary, id)
 	}
 	r := s.resolver.replica(id)
 	if r == nil {

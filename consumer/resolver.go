@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/keyspace"
 )
@@ -28,6 +30,13 @@ type resolver struct {
 	replicas map[string]*replica
 	stopped  bool
 	empty    chan struct{} // closed when replicas is empty, while draining
+	// lease is the process's own member lease, once announced (zero
+	// before): only assignments under it are this process's. Until then
+	// any assignment of its name is another process's — a live process
+	// of the same name, or the one this process restarts, whose lease has
+	// not yet run out — and serving it would record under the same
+	// author as that process, fencing it, and flip its status keys.
+	lease clientv3.LeaseID
 }
 
 func newResolver(srv *Server) *resolver {
@@ -48,13 +57,30 @@ func (rs *resolver) observe(kvs keyspace.KeyValues, rev int64) {
 	}
 }
 
+// announced makes the assignments under lease this process's.
+func (rs *resolver) announced(lease clientv3.LeaseID) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.lease = lease
+	if rs.state != nil && !rs.stopped {
+		rs.updateReplicas()
+	}
+}
+
+// ownLease is the process's member lease, or zero before it announced.
+func (rs *resolver) ownLease() clientv3.LeaseID {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	return rs.lease
+}
+
 // updateReplicas applies the state's local assignments to the replicas.
 // rs.mu is held.
 func (rs *resolver) updateReplicas() {
 	cfg := rs.srv.cfg
 	local := map[string]allocator.AssignmentKV{}
 	for _, a := range rs.state.MemberAssignments(cfg.Zone, cfg.Suffix) {
-		if _, dup := local[a.Item]; !dup {
+		if _, dup := local[a.Item]; !dup && rs.lease != 0 && clientv3.LeaseID(a.KV.Lease) == rs.lease {
 			local[a.Item] = a
 		}
 	}

@@ -193,6 +193,10 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 		},
 		Drained:      func(ctx context.Context) error { return s.resolver.awaitNoReplicas(ctx) },
 		DrainTimeout: s.cfg.DrainTimeout,
+		Announced: func(ann *allocator.Announcement) {
+			s.log.Info("announced; serving the shards assigned to this process", "member", ann.Key, "lease", fmt.Sprintf("%x", int64(ann.Lease)))
+			s.resolver.announced(ann.Lease)
+		},
 	})
 	s.resolver.stopAll()
 	return err

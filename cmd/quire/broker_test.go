@@ -126,7 +126,7 @@ func TestBrokerServeLeaseExpired(t *testing.T) {
 	sw.Heal()
 	select {
 	case r := <-done:
-		if r.err == nil || !strings.Contains(r.err.Error(), "its lease expired") || !strings.Contains(r.err.Error(), "start it again") {
+		if r.err == nil || !strings.Contains(r.err.Error(), "ran out or was revoked") || !strings.Contains(r.err.Error(), "start it again") {
 			t.Fatalf("broker serve after its lease expired: %v", r.err)
 		}
 	case <-ctx.Done():

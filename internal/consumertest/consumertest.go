@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,11 +42,14 @@ type Fleet struct {
 type Process struct {
 	Name, Zone string
 	Endpoint   string
+	Dir        string // of its replicas' stores
 	Server     *consumer.Server
 	grpc       *grpc.Server
 	cancel     context.CancelFunc
 	drain      chan struct{}
-	done       chan error
+	exited     chan struct{} // closed once Run returned err
+	err        error
+	stopOnce   sync.Once
 }
 
 // quiet logs warnings and errors; QUIRE_TEST_LOG=info (or debug) logs more.
@@ -71,8 +75,18 @@ func New(t testing.TB, etcd *clientv3.Client, journals *client.Client, root stri
 	return f
 }
 
-// Start runs a process named name in zone.
+// Start runs a process named name in zone. Procs holds one process per
+// name; StartUnlisted runs a second of a name.
 func (f *Fleet) Start(name, zone string) *Process {
+	f.t.Helper()
+	p := f.StartUnlisted(name, zone)
+	f.Procs[name] = p
+	return p
+}
+
+// StartUnlisted runs a process named name in zone, which Procs does not
+// list: the caller ends it (Crash, Kill), or the test's end does.
+func (f *Fleet) StartUnlisted(name, zone string) *Process {
 	f.t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -83,9 +97,10 @@ func (f *Fleet) Start(name, zone string) *Process {
 		ttl = 3 * time.Second
 	}
 	p := &Process{Name: name, Zone: zone, Endpoint: lis.Addr().String(), grpc: grpc.NewServer(rpcbuf.ServerOptions()...),
-		drain: make(chan struct{}), done: make(chan error, 1)}
+		drain: make(chan struct{}), exited: make(chan struct{})}
+	p.Dir = f.t.TempDir()
 	cfg := consumer.Config{App: f.App, Etcd: f.Etcd, Journals: f.Journals, Root: f.Root,
-		Zone: zone, Suffix: name, Endpoint: p.Endpoint, Dir: f.t.TempDir(), LeaseTTL: ttl, Logger: quiet}
+		Zone: zone, Suffix: name, Endpoint: p.Endpoint, Dir: p.Dir, LeaseTTL: ttl, Logger: quiet}
 	if f.Configure != nil {
 		f.Configure(&cfg)
 	}
@@ -99,22 +114,55 @@ func (f *Fleet) Start(name, zone string) *Process {
 	go p.grpc.Serve(lis)
 	var ctx context.Context
 	ctx, p.cancel = context.WithCancel(context.Background())
-	go func() { p.done <- p.Server.Run(ctx, p.drain) }()
-	f.Procs[name] = p
+	go func() {
+		defer close(p.exited)
+		p.err = p.Server.Run(ctx, p.drain)
+	}()
+	f.t.Cleanup(func() {
+		if f.Procs[p.Name] == p {
+			f.Kill(p) // Revoking its lease, for etcd's sake.
+		}
+		f.Crash(p)
+	})
 	return p
+}
+
+// Exited returns a channel closed once the process's Run returned.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Err is what the process's Run returned, once Exited is closed.
+func (p *Process) Err() error {
+	<-p.exited
+	return p.err
+}
+
+// stop ends the process's Run and gRPC server at once, if not done yet,
+// and waits for Run to return.
+func (p *Process) stop() error {
+	p.stopOnce.Do(func() {
+		p.cancel()
+		p.grpc.Stop()
+	})
+	return p.Err()
+}
+
+// unlist removes p from Procs, and tells whether it was listed.
+func (f *Fleet) unlist(p *Process) bool {
+	if f.Procs[p.Name] != p {
+		return false
+	}
+	delete(f.Procs, p.Name)
+	return true
 }
 
 // Kill ends a process at once, as a crash would: its goroutines stop
 // without a graceful handoff, and its lease is revoked so that its shards
 // fail over now rather than after the lease's TTL.
 func (f *Fleet) Kill(p *Process) {
-	if _, ok := f.Procs[p.Name]; !ok {
+	if !f.unlist(p) {
 		return
 	}
-	delete(f.Procs, p.Name)
-	p.cancel()
-	p.grpc.Stop()
-	f.wait(p)
+	f.report(p, p.stop())
 	ctx := context.Background()
 	if resp, err := f.Etcd.Get(ctx, allocator.MemberKey(f.Root, p.Zone, p.Name)); err == nil && len(resp.Kvs) == 1 {
 		f.Etcd.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
@@ -124,16 +172,16 @@ func (f *Fleet) Kill(p *Process) {
 // Drain stops a process gracefully, as SIGTERM does: its shards are
 // handed to other processes first. It returns once the process exited.
 func (f *Fleet) Drain(p *Process) error {
-	delete(f.Procs, p.Name)
+	f.unlist(p)
 	close(p.drain)
-	err := <-p.done
-	p.cancel()
-	p.grpc.Stop()
+	err := p.Err()
+	p.stop()
 	return err
 }
 
-func (f *Fleet) wait(p *Process) {
-	if err := <-p.done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, allocator.ErrMemberGone) {
+// report logs how a stopped process's Run ended, unless as expected.
+func (f *Fleet) report(p *Process, err error) {
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, allocator.ErrMemberGone) {
 		f.t.Logf("consumer %s: %v", p.Name, err)
 	}
 }
@@ -152,11 +200,12 @@ func (f *Fleet) Client(p *Process) protocol.ShardClient {
 // Crash ends a process at once, as a crash would, leaving its lease to
 // expire after its TTL: its shards fail over only then.
 func (f *Fleet) Crash(p *Process) {
-	if _, ok := f.Procs[p.Name]; !ok {
-		return
+	f.unlist(p)
+	select {
+	case <-p.exited:
+		p.stop() // Its gRPC server, if still serving.
+		return   // Reported by whoever saw it exit.
+	default:
 	}
-	delete(f.Procs, p.Name)
-	p.cancel()
-	p.grpc.Stop()
-	f.wait(p)
+	f.report(p, p.stop())
 }
