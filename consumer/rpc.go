@@ -16,7 +16,8 @@ import (
 	"github.com/quire-dev/quire/protocol"
 )
 
-// List lists the shards that a selector selects, with their replicas.
+// List lists the shards that a selector selects, with their replicas and
+// whether each replica's process is alive (see liveness).
 func (s *Server) List(ctx context.Context, req *protocol.ShardListRequest) (*protocol.ShardListResponse, error) {
 	sel, err := labels.ParseSelector(req.Selector)
 	if err != nil {
@@ -26,31 +27,47 @@ func (s *Server) List(ctx context.Context, req *protocol.ShardListRequest) (*pro
 		return nil, err
 	}
 	state, _ := s.resolver.snapshot()
-	out := &protocol.ShardListResponse{Header: s.header()}
+	var items []allocator.ItemKV
+	var assignments []allocator.AssignmentKV
 	for _, it := range state.Items {
-		spec := it.Value.(*ShardSpec)
-		if !sel.Matches(spec.LabelSetWithMeta()) {
-			continue
+		if sel.Matches(it.Value.(*ShardSpec).LabelSetWithMeta()) {
+			items = append(items, it)
+			assignments = append(assignments, state.ItemAssignments(it.ID)...)
 		}
-		raw, err := MarshalShardSpec(spec)
+	}
+	alive := liveness(ctx, s.cfg.Etcd, assignments)
+	out := &protocol.ShardListResponse{Header: s.header()}
+	for _, it := range items {
+		sh, err := listedShard(state, it, alive)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "encoding shard %s: %v", spec.ID, err)
+			return nil, err
 		}
-		sh := &protocol.ShardListResponse_Shard{Spec: raw,
-			CreateRevision: it.KV.CreateRevision, ModRevision: it.KV.ModRevision}
-		var statuses []Status
-		for _, a := range state.ItemAssignments(it.ID) {
-			st := statusOf(a)
-			statuses = append(statuses, st)
-			sh.Replicas = append(sh.Replicas, &protocol.ShardListResponse_Replica{
-				ProcessId: &protocol.ProcessID{Zone: a.Zone, Suffix: a.Suffix}, Endpoint: endpointOf(state, a),
-				Slot: int32(a.Slot), Status: &protocol.ReplicaStatus{Code: st.Code, Error: st.Error}})
-		}
-		c := combine(statuses)
-		sh.Status = &protocol.ReplicaStatus{Code: c.Code, Error: c.Error}
 		out.Shards = append(out.Shards, sh)
 	}
 	return out, nil
+}
+
+// listedShard is a shard as List returns it.
+func listedShard(state *allocator.State, it allocator.ItemKV, alive map[string]processLiveness) (*protocol.ShardListResponse_Shard, error) {
+	spec := it.Value.(*ShardSpec)
+	raw, err := MarshalShardSpec(spec)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encoding shard %s: %v", spec.ID, err)
+	}
+	sh := &protocol.ShardListResponse_Shard{Spec: raw,
+		CreateRevision: it.KV.CreateRevision, ModRevision: it.KV.ModRevision}
+	var statuses []Status
+	for _, a := range state.ItemAssignments(it.ID) {
+		st, l := statusOf(a), alive[string(a.KV.Key)]
+		statuses = append(statuses, st)
+		sh.Replicas = append(sh.Replicas, &protocol.ShardListResponse_Replica{
+			ProcessId: &protocol.ProcessID{Zone: a.Zone, Suffix: a.Suffix}, Endpoint: endpointOf(state, a),
+			Slot: int32(a.Slot), Status: &protocol.ReplicaStatus{Code: st.Code, Error: st.Error},
+			Liveness: l.code, LeaseRemainingSeconds: l.remaining})
+	}
+	c := combine(statuses)
+	sh.Status = &protocol.ReplicaStatus{Code: c.Code, Error: c.Error}
+	return sh, nil
 }
 
 // Stat waits until the shard's primary has committed the given read-through

@@ -87,6 +87,68 @@ func (ReplicaCode) EnumDescriptor() ([]byte, []int) {
 	return file_shard_proto_rawDescGZIP(), []int{0}
 }
 
+// ProcessLiveness is whether a replica's process is alive, as its etcd
+// lease shows it when a list is made.
+type ProcessLiveness int32
+
+const (
+	// Not known: etcd did not answer in time, or the process that answered
+	// the list predates liveness.
+	ProcessLiveness_LIVENESS_UNKNOWN ProcessLiveness = 0
+	// The process renews its lease.
+	ProcessLiveness_LIVE ProcessLiveness = 1
+	// The process stopped renewing the lease that holds its assignments (it
+	// died, froze, or is cut off from etcd): its replicas fail over when the
+	// lease expires, in lease_remaining_seconds (-1: it has expired).
+	ProcessLiveness_LEASE_EXPIRING ProcessLiveness = 2
+	// The process has no member key: it exited, or its key was deleted. Its
+	// assignments go with their lease.
+	ProcessLiveness_MEMBER_GONE ProcessLiveness = 3
+)
+
+// Enum value maps for ProcessLiveness.
+var (
+	ProcessLiveness_name = map[int32]string{
+		0: "LIVENESS_UNKNOWN",
+		1: "LIVE",
+		2: "LEASE_EXPIRING",
+		3: "MEMBER_GONE",
+	}
+	ProcessLiveness_value = map[string]int32{
+		"LIVENESS_UNKNOWN": 0,
+		"LIVE":             1,
+		"LEASE_EXPIRING":   2,
+		"MEMBER_GONE":      3,
+	}
+)
+
+func (x ProcessLiveness) Enum() *ProcessLiveness {
+	p := new(ProcessLiveness)
+	*p = x
+	return p
+}
+
+func (x ProcessLiveness) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProcessLiveness) Descriptor() protoreflect.EnumDescriptor {
+	return file_shard_proto_enumTypes[1].Descriptor()
+}
+
+func (ProcessLiveness) Type() protoreflect.EnumType {
+	return &file_shard_proto_enumTypes[1]
+}
+
+func (x ProcessLiveness) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProcessLiveness.Descriptor instead.
+func (ProcessLiveness) EnumDescriptor() ([]byte, []int) {
+	return file_shard_proto_rawDescGZIP(), []int{1}
+}
+
 // ReplicaStatus is a replica's code and, if FAILED, its error.
 type ReplicaStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -739,11 +801,17 @@ type ShardListResponse_Replica struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ProcessId *ProcessID             `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
 	// The consumer process's gRPC endpoint.
-	Endpoint      string         `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Slot          int32          `protobuf:"varint,3,opt,name=slot,proto3" json:"slot,omitempty"`
-	Status        *ReplicaStatus `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Endpoint string         `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Slot     int32          `protobuf:"varint,3,opt,name=slot,proto3" json:"slot,omitempty"`
+	Status   *ReplicaStatus `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	// Whether the replica's process is alive: its status is stale if not.
+	Liveness ProcessLiveness `protobuf:"varint,5,opt,name=liveness,proto3,enum=quire.protocol.ProcessLiveness" json:"liveness,omitempty"`
+	// The seconds left on the lease of the replica's assignment (its
+	// process's member lease), in whole seconds as etcd reports them; -1
+	// once it has expired. Unset when etcd did not say.
+	LeaseRemainingSeconds *int64 `protobuf:"varint,6,opt,name=lease_remaining_seconds,json=leaseRemainingSeconds,proto3,oneof" json:"lease_remaining_seconds,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ShardListResponse_Replica) Reset() {
@@ -802,6 +870,20 @@ func (x *ShardListResponse_Replica) GetStatus() *ReplicaStatus {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *ShardListResponse_Replica) GetLiveness() ProcessLiveness {
+	if x != nil {
+		return x.Liveness
+	}
+	return ProcessLiveness_LIVENESS_UNKNOWN
+}
+
+func (x *ShardListResponse_Replica) GetLeaseRemainingSeconds() int64 {
+	if x != nil && x.LeaseRemainingSeconds != nil {
+		return *x.LeaseRemainingSeconds
+	}
+	return 0
 }
 
 type ShardListResponse_Shard struct {
@@ -956,17 +1038,20 @@ const file_shard_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x0e2\x1b.quire.protocol.ReplicaCodeR\x04code\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\".\n" +
 	"\x10ShardListRequest\x12\x1a\n" +
-	"\bselector\x18\x01 \x01(\tR\bselector\"\xc9\x04\n" +
+	"\bselector\x18\x01 \x01(\tR\bselector\"\xdf\x05\n" +
 	"\x11ShardListResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12?\n" +
-	"\x06shards\x18\x03 \x03(\v2'.quire.protocol.ShardListResponse.ShardR\x06shards\x1a\xaa\x01\n" +
+	"\x06shards\x18\x03 \x03(\v2'.quire.protocol.ShardListResponse.ShardR\x06shards\x1a\xc0\x02\n" +
 	"\aReplica\x128\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\v2\x19.quire.protocol.ProcessIDR\tprocessId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04slot\x18\x03 \x01(\x05R\x04slot\x125\n" +
-	"\x06status\x18\x04 \x01(\v2\x1d.quire.protocol.ReplicaStatusR\x06status\x1a\xe5\x01\n" +
+	"\x06status\x18\x04 \x01(\v2\x1d.quire.protocol.ReplicaStatusR\x06status\x12;\n" +
+	"\bliveness\x18\x05 \x01(\x0e2\x1f.quire.protocol.ProcessLivenessR\bliveness\x12;\n" +
+	"\x17lease_remaining_seconds\x18\x06 \x01(\x03H\x00R\x15leaseRemainingSeconds\x88\x01\x01B\x1a\n" +
+	"\x18_lease_remaining_seconds\x1a\xe5\x01\n" +
 	"\x05Shard\x12\x12\n" +
 	"\x04spec\x18\x01 \x01(\fR\x04spec\x12'\n" +
 	"\x0fcreate_revision\x18\x02 \x01(\x03R\x0ecreateRevision\x12!\n" +
@@ -1026,7 +1111,12 @@ const file_shard_proto_rawDesc = "" +
 	"\aSTANDBY\x10\x02\x12\v\n" +
 	"\aPRIMARY\x10\x03\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x042\x8f\x03\n" +
+	"\x06FAILED\x10\x04*V\n" +
+	"\x0fProcessLiveness\x12\x14\n" +
+	"\x10LIVENESS_UNKNOWN\x10\x00\x12\b\n" +
+	"\x04LIVE\x10\x01\x12\x12\n" +
+	"\x0eLEASE_EXPIRING\x10\x02\x12\x0f\n" +
+	"\vMEMBER_GONE\x10\x032\x8f\x03\n" +
 	"\x05Shard\x12K\n" +
 	"\x04List\x12 .quire.protocol.ShardListRequest\x1a!.quire.protocol.ShardListResponse\x12K\n" +
 	"\x04Stat\x12 .quire.protocol.ShardStatRequest\x1a!.quire.protocol.ShardStatResponse\x12N\n" +
@@ -1046,68 +1136,70 @@ func file_shard_proto_rawDescGZIP() []byte {
 	return file_shard_proto_rawDescData
 }
 
-var file_shard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_shard_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_shard_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_shard_proto_goTypes = []any{
 	(ReplicaCode)(0),                  // 0: quire.protocol.ReplicaCode
-	(*ReplicaStatus)(nil),             // 1: quire.protocol.ReplicaStatus
-	(*ShardListRequest)(nil),          // 2: quire.protocol.ShardListRequest
-	(*ShardListResponse)(nil),         // 3: quire.protocol.ShardListResponse
-	(*ShardStatRequest)(nil),          // 4: quire.protocol.ShardStatRequest
-	(*ShardStatResponse)(nil),         // 5: quire.protocol.ShardStatResponse
-	(*ShardApplyRequest)(nil),         // 6: quire.protocol.ShardApplyRequest
-	(*ShardApplyResponse)(nil),        // 7: quire.protocol.ShardApplyResponse
-	(*GetHintsRequest)(nil),           // 8: quire.protocol.GetHintsRequest
-	(*GetHintsResponse)(nil),          // 9: quire.protocol.GetHintsResponse
-	(*UnassignRequest)(nil),           // 10: quire.protocol.UnassignRequest
-	(*UnassignResponse)(nil),          // 11: quire.protocol.UnassignResponse
-	(*ShardListResponse_Replica)(nil), // 12: quire.protocol.ShardListResponse.Replica
-	(*ShardListResponse_Shard)(nil),   // 13: quire.protocol.ShardListResponse.Shard
-	nil,                               // 14: quire.protocol.ShardStatRequest.ReadThroughEntry
-	nil,                               // 15: quire.protocol.ShardStatResponse.ReadThroughEntry
-	nil,                               // 16: quire.protocol.ShardStatResponse.WriteHeadsEntry
-	(*ShardApplyRequest_Change)(nil),  // 17: quire.protocol.ShardApplyRequest.Change
-	(Status)(0),                       // 18: quire.protocol.Status
-	(*Header)(nil),                    // 19: quire.protocol.Header
-	(*ProcessID)(nil),                 // 20: quire.protocol.ProcessID
+	(ProcessLiveness)(0),              // 1: quire.protocol.ProcessLiveness
+	(*ReplicaStatus)(nil),             // 2: quire.protocol.ReplicaStatus
+	(*ShardListRequest)(nil),          // 3: quire.protocol.ShardListRequest
+	(*ShardListResponse)(nil),         // 4: quire.protocol.ShardListResponse
+	(*ShardStatRequest)(nil),          // 5: quire.protocol.ShardStatRequest
+	(*ShardStatResponse)(nil),         // 6: quire.protocol.ShardStatResponse
+	(*ShardApplyRequest)(nil),         // 7: quire.protocol.ShardApplyRequest
+	(*ShardApplyResponse)(nil),        // 8: quire.protocol.ShardApplyResponse
+	(*GetHintsRequest)(nil),           // 9: quire.protocol.GetHintsRequest
+	(*GetHintsResponse)(nil),          // 10: quire.protocol.GetHintsResponse
+	(*UnassignRequest)(nil),           // 11: quire.protocol.UnassignRequest
+	(*UnassignResponse)(nil),          // 12: quire.protocol.UnassignResponse
+	(*ShardListResponse_Replica)(nil), // 13: quire.protocol.ShardListResponse.Replica
+	(*ShardListResponse_Shard)(nil),   // 14: quire.protocol.ShardListResponse.Shard
+	nil,                               // 15: quire.protocol.ShardStatRequest.ReadThroughEntry
+	nil,                               // 16: quire.protocol.ShardStatResponse.ReadThroughEntry
+	nil,                               // 17: quire.protocol.ShardStatResponse.WriteHeadsEntry
+	(*ShardApplyRequest_Change)(nil),  // 18: quire.protocol.ShardApplyRequest.Change
+	(Status)(0),                       // 19: quire.protocol.Status
+	(*Header)(nil),                    // 20: quire.protocol.Header
+	(*ProcessID)(nil),                 // 21: quire.protocol.ProcessID
 }
 var file_shard_proto_depIdxs = []int32{
 	0,  // 0: quire.protocol.ReplicaStatus.code:type_name -> quire.protocol.ReplicaCode
-	18, // 1: quire.protocol.ShardListResponse.status:type_name -> quire.protocol.Status
-	19, // 2: quire.protocol.ShardListResponse.header:type_name -> quire.protocol.Header
-	13, // 3: quire.protocol.ShardListResponse.shards:type_name -> quire.protocol.ShardListResponse.Shard
-	14, // 4: quire.protocol.ShardStatRequest.read_through:type_name -> quire.protocol.ShardStatRequest.ReadThroughEntry
-	19, // 5: quire.protocol.ShardStatRequest.header:type_name -> quire.protocol.Header
-	18, // 6: quire.protocol.ShardStatResponse.status:type_name -> quire.protocol.Status
-	19, // 7: quire.protocol.ShardStatResponse.header:type_name -> quire.protocol.Header
-	15, // 8: quire.protocol.ShardStatResponse.read_through:type_name -> quire.protocol.ShardStatResponse.ReadThroughEntry
-	16, // 9: quire.protocol.ShardStatResponse.write_heads:type_name -> quire.protocol.ShardStatResponse.WriteHeadsEntry
-	17, // 10: quire.protocol.ShardApplyRequest.changes:type_name -> quire.protocol.ShardApplyRequest.Change
-	18, // 11: quire.protocol.ShardApplyResponse.status:type_name -> quire.protocol.Status
-	19, // 12: quire.protocol.ShardApplyResponse.header:type_name -> quire.protocol.Header
-	18, // 13: quire.protocol.GetHintsResponse.status:type_name -> quire.protocol.Status
-	19, // 14: quire.protocol.GetHintsResponse.header:type_name -> quire.protocol.Header
-	18, // 15: quire.protocol.UnassignResponse.status:type_name -> quire.protocol.Status
-	19, // 16: quire.protocol.UnassignResponse.header:type_name -> quire.protocol.Header
-	20, // 17: quire.protocol.ShardListResponse.Replica.process_id:type_name -> quire.protocol.ProcessID
-	1,  // 18: quire.protocol.ShardListResponse.Replica.status:type_name -> quire.protocol.ReplicaStatus
-	12, // 19: quire.protocol.ShardListResponse.Shard.replicas:type_name -> quire.protocol.ShardListResponse.Replica
-	1,  // 20: quire.protocol.ShardListResponse.Shard.status:type_name -> quire.protocol.ReplicaStatus
-	2,  // 21: quire.protocol.Shard.List:input_type -> quire.protocol.ShardListRequest
-	4,  // 22: quire.protocol.Shard.Stat:input_type -> quire.protocol.ShardStatRequest
-	6,  // 23: quire.protocol.Shard.Apply:input_type -> quire.protocol.ShardApplyRequest
-	8,  // 24: quire.protocol.Shard.GetHints:input_type -> quire.protocol.GetHintsRequest
-	10, // 25: quire.protocol.Shard.Unassign:input_type -> quire.protocol.UnassignRequest
-	3,  // 26: quire.protocol.Shard.List:output_type -> quire.protocol.ShardListResponse
-	5,  // 27: quire.protocol.Shard.Stat:output_type -> quire.protocol.ShardStatResponse
-	7,  // 28: quire.protocol.Shard.Apply:output_type -> quire.protocol.ShardApplyResponse
-	9,  // 29: quire.protocol.Shard.GetHints:output_type -> quire.protocol.GetHintsResponse
-	11, // 30: quire.protocol.Shard.Unassign:output_type -> quire.protocol.UnassignResponse
-	26, // [26:31] is the sub-list for method output_type
-	21, // [21:26] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	19, // 1: quire.protocol.ShardListResponse.status:type_name -> quire.protocol.Status
+	20, // 2: quire.protocol.ShardListResponse.header:type_name -> quire.protocol.Header
+	14, // 3: quire.protocol.ShardListResponse.shards:type_name -> quire.protocol.ShardListResponse.Shard
+	15, // 4: quire.protocol.ShardStatRequest.read_through:type_name -> quire.protocol.ShardStatRequest.ReadThroughEntry
+	20, // 5: quire.protocol.ShardStatRequest.header:type_name -> quire.protocol.Header
+	19, // 6: quire.protocol.ShardStatResponse.status:type_name -> quire.protocol.Status
+	20, // 7: quire.protocol.ShardStatResponse.header:type_name -> quire.protocol.Header
+	16, // 8: quire.protocol.ShardStatResponse.read_through:type_name -> quire.protocol.ShardStatResponse.ReadThroughEntry
+	17, // 9: quire.protocol.ShardStatResponse.write_heads:type_name -> quire.protocol.ShardStatResponse.WriteHeadsEntry
+	18, // 10: quire.protocol.ShardApplyRequest.changes:type_name -> quire.protocol.ShardApplyRequest.Change
+	19, // 11: quire.protocol.ShardApplyResponse.status:type_name -> quire.protocol.Status
+	20, // 12: quire.protocol.ShardApplyResponse.header:type_name -> quire.protocol.Header
+	19, // 13: quire.protocol.GetHintsResponse.status:type_name -> quire.protocol.Status
+	20, // 14: quire.protocol.GetHintsResponse.header:type_name -> quire.protocol.Header
+	19, // 15: quire.protocol.UnassignResponse.status:type_name -> quire.protocol.Status
+	20, // 16: quire.protocol.UnassignResponse.header:type_name -> quire.protocol.Header
+	21, // 17: quire.protocol.ShardListResponse.Replica.process_id:type_name -> quire.protocol.ProcessID
+	2,  // 18: quire.protocol.ShardListResponse.Replica.status:type_name -> quire.protocol.ReplicaStatus
+	1,  // 19: quire.protocol.ShardListResponse.Replica.liveness:type_name -> quire.protocol.ProcessLiveness
+	13, // 20: quire.protocol.ShardListResponse.Shard.replicas:type_name -> quire.protocol.ShardListResponse.Replica
+	2,  // 21: quire.protocol.ShardListResponse.Shard.status:type_name -> quire.protocol.ReplicaStatus
+	3,  // 22: quire.protocol.Shard.List:input_type -> quire.protocol.ShardListRequest
+	5,  // 23: quire.protocol.Shard.Stat:input_type -> quire.protocol.ShardStatRequest
+	7,  // 24: quire.protocol.Shard.Apply:input_type -> quire.protocol.ShardApplyRequest
+	9,  // 25: quire.protocol.Shard.GetHints:input_type -> quire.protocol.GetHintsRequest
+	11, // 26: quire.protocol.Shard.Unassign:input_type -> quire.protocol.UnassignRequest
+	4,  // 27: quire.protocol.Shard.List:output_type -> quire.protocol.ShardListResponse
+	6,  // 28: quire.protocol.Shard.Stat:output_type -> quire.protocol.ShardStatResponse
+	8,  // 29: quire.protocol.Shard.Apply:output_type -> quire.protocol.ShardApplyResponse
+	10, // 30: quire.protocol.Shard.GetHints:output_type -> quire.protocol.GetHintsResponse
+	12, // 31: quire.protocol.Shard.Unassign:output_type -> quire.protocol.UnassignResponse
+	27, // [27:32] is the sub-list for method output_type
+	22, // [22:27] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_shard_proto_init() }
@@ -1116,12 +1208,13 @@ func file_shard_proto_init() {
 		return
 	}
 	file_protocol_proto_init()
+	file_shard_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shard_proto_rawDesc), len(file_shard_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -262,17 +262,19 @@ func newShardsListCommand(sf *shardsFlags) *cobra.Command {
 
   table  ID; status (the primary's, else the most advanced replica's;
          FAILED if any replica failed); primary (zone#suffix); each
-         replica's status, primary first; and lag: the bytes of each
-         source between the primary's last commit and the source's write
-         head as the primary last saw it (one number for one source,
-         else SOURCE=BYTES,...; '?' while the primary has not seen a
-         source's write head, or its head is behind what it read;
-         '-' without a serving primary)
+         replica's status, primary first, marked when its process is dead
+         before its lease expires ("za#c1 (lease expiring 3s)",
+         "za#c1:PRIMARY(expiring:3s)", "(expired)", "(gone)"); and lag:
+         the bytes of each source between the primary's last commit and
+         the source's write head as the primary last saw it (one number
+         for one source, else SOURCE=BYTES,...; '?' while the primary
+         has not seen a source's write head, or its head is behind what
+         it read; '-' without a serving primary)
   yaml   a shard file of the shards, which 'apply -f' reads back, with
          each shard's status, replicas and mod revision as comments
   json   the shards' specs with their etcd revisions, statuses, replicas
-         (with their endpoints and errors), read-through offsets, write
-         heads and lag
+         (with their endpoints, errors, liveness and lease seconds left),
+         read-through offsets, write heads and lag
 
 Errors of FAILED replicas are printed on standard error with the table.`,
 		Args: cobra.NoArgs,
@@ -352,9 +354,36 @@ func (c *shardsClient) stats(ctx context.Context, shards []listedShard) []shardS
 	return out
 }
 
+// hasServingPrimary tells whether the shard's primary serves: a primary
+// whose process is dead is not asked (it would not answer in time).
 func hasServingPrimary(sh listedShard) bool {
 	rs := sh.GetReplicas()
-	return len(rs) > 0 && rs[0].GetSlot() == 0 && rs[0].GetStatus().GetCode() == protocol.ReplicaCode_PRIMARY
+	return len(rs) > 0 && rs[0].GetSlot() == 0 && rs[0].GetStatus().GetCode() == protocol.ReplicaCode_PRIMARY &&
+		!dead(rs[0])
+}
+
+// dead tells whether a replica's process is known to be gone or dying:
+// its status is stale, and its replicas fail over once its lease expires.
+func dead(r *protocol.ShardListResponse_Replica) bool {
+	l := r.GetLiveness()
+	return l == protocol.ProcessLiveness_LEASE_EXPIRING || l == protocol.ProcessLiveness_MEMBER_GONE
+}
+
+// deathOf says how a dead replica's process is dead, in a word: "gone" (it
+// has no member key), "expired" or "expiring" (its lease), with the
+// seconds left ("3s") if known; "" for a process not known to be dead.
+func deathOf(r *protocol.ShardListResponse_Replica) (word, left string) {
+	switch {
+	case r.GetLiveness() == protocol.ProcessLiveness_MEMBER_GONE:
+		return "gone", ""
+	case !dead(r):
+		return "", ""
+	case r.LeaseRemainingSeconds == nil:
+		return "expiring", ""
+	case r.GetLeaseRemainingSeconds() < 0:
+		return "expired", ""
+	}
+	return "expiring", fmt.Sprintf("%ds", r.GetLeaseRemainingSeconds())
 }
 
 // processText is a process as zone#suffix, as in its member key.
@@ -362,20 +391,37 @@ func processText(p *protocol.ProcessID) string {
 	return p.GetZone() + "#" + p.GetSuffix()
 }
 
-// primaryText is the process assigned the shard's primary, or "-".
+// primaryText is the process assigned the shard's primary, with how it
+// is dead if it is ("za#c1 (lease expiring 3s)"), or "-".
 func primaryText(sh listedShard) string {
 	rs := sh.GetReplicas()
 	if len(rs) == 0 || rs[0].GetSlot() != 0 {
 		return "-"
 	}
-	return processText(rs[0].GetProcessId())
+	text := processText(rs[0].GetProcessId())
+	switch word, left := deathOf(rs[0]); word {
+	case "":
+		return text
+	case "gone":
+		return text + " (member gone)"
+	default:
+		return text + " (" + strings.TrimSpace("lease "+word+" "+left) + ")"
+	}
 }
 
-// replicasText is each replica's process and status, in slot order.
+// replicasText is each replica's process and status, in slot order, with
+// how its process is dead if it is, in one word that keeps the column's
+// entries apart: "zb#c2:STANDBY(expiring:3s)", "(expired)", "(gone)".
 func replicasText(sh listedShard) string {
 	var parts []string
 	for _, r := range sh.GetReplicas() {
-		parts = append(parts, processText(r.GetProcessId())+":"+r.GetStatus().GetCode().String())
+		part := processText(r.GetProcessId()) + ":" + r.GetStatus().GetCode().String()
+		if word, left := deathOf(r); word != "" && left != "" {
+			part += "(" + word + ":" + left + ")"
+		} else if word != "" {
+			part += "(" + word + ")"
+		}
+		parts = append(parts, part)
 	}
 	return orDash(strings.Join(parts, " "))
 }
@@ -517,6 +563,10 @@ type (
 		Endpoint string           `json:"endpoint"`
 		Slot     int32            `json:"slot"`
 		Status   replicaStatusOut `json:"status"`
+		// Liveness is LIVE, LEASE_EXPIRING or MEMBER_GONE; omitted if
+		// unknown. LeaseRemainingSeconds is -1 once the lease expired.
+		Liveness              string `json:"liveness,omitempty"`
+		LeaseRemainingSeconds *int64 `json:"leaseRemainingSeconds,omitempty"`
 	}
 	replicaStatusOut struct {
 		Code  string `json:"code"`
@@ -526,6 +576,13 @@ type (
 
 func statusOut(s *protocol.ReplicaStatus) replicaStatusOut {
 	return replicaStatusOut{Code: s.GetCode().String(), Error: s.GetError()}
+}
+
+func livenessOut(l protocol.ProcessLiveness) string {
+	if l == protocol.ProcessLiveness_LIVENESS_UNKNOWN {
+		return ""
+	}
+	return l.String()
 }
 
 func shardsJSON(shards []listedShard, stats []shardStat) ([]byte, error) {
@@ -539,7 +596,8 @@ func shardsJSON(shards []listedShard, stats []shardStat) ([]byte, error) {
 			Status: statusOut(sh.GetStatus()), Replicas: []replicaOut{}}
 		for _, r := range sh.GetReplicas() {
 			s.Replicas = append(s.Replicas, replicaOut{Zone: r.GetProcessId().GetZone(), Suffix: r.GetProcessId().GetSuffix(),
-				Endpoint: r.GetEndpoint(), Slot: r.GetSlot(), Status: statusOut(r.GetStatus())})
+				Endpoint: r.GetEndpoint(), Slot: r.GetSlot(), Status: statusOut(r.GetStatus()),
+				Liveness: livenessOut(r.GetLiveness()), LeaseRemainingSeconds: r.LeaseRemainingSeconds})
 		}
 		if st := stats[i]; st.ok {
 			s.ReadThrough, s.WriteHeads = st.readThrough, st.writeHeads
