@@ -78,7 +78,7 @@ Exit once every word is acknowledged: durable in the journals.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&broker, "broker", envOr("QUIRE_BROKER", consumer.DefaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	cmd.Flags().StringVar(&broker, "broker", envOr("QUIRE_BROKER", consumer.DefaultBroker), "host:port of any broker, or several, comma-separated (env QUIRE_BROKER)")
 	cmd.Flags().StringVar(&selector, "selector", wordcount.Selector, "label selector of the word journals")
 	return cmd
 }
@@ -168,7 +168,7 @@ after --timeout if they do not answer.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&broker, "broker", envOr("QUIRE_BROKER", consumer.DefaultBroker), "host:port of any broker (env QUIRE_BROKER)")
+	fl.StringVar(&broker, "broker", envOr("QUIRE_BROKER", consumer.DefaultBroker), "host:port of any broker, or several, comma-separated (env QUIRE_BROKER)")
 	fl.StringVar(&addr, "consumer", envOr("QUIRE_CONSUMER", DefaultConsumer), "host:port of any process of the application (env QUIRE_CONSUMER)")
 	fl.DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the broker and the process to answer")
 	fl.StringVar(&prefix, "prefix", envOr("QUIRE_CONSUMER_PREFIX", "/quire/consumers/wordcount/"), "the application's key prefix in etcd, as its processes' --prefix (env QUIRE_CONSUMER_PREFIX)")
