@@ -49,6 +49,10 @@ type MemberConfig struct {
 	// name is another process's (a live duplicate, or the process this
 	// one restarts, whose lease has not yet run out).
 	Announced func(ann *Announcement)
+	// Lifecycle, if set, is advanced as Run goes: Announcing as it starts,
+	// Serving once announced, Draining as soon as drain is closed. The
+	// process sets Starting before and Stopped after.
+	Lifecycle *Lifecycle
 	// Resign, if set, is a channel whose close makes Run give the member's
 	// items up at once: it revokes the member's lease (its assignments go
 	// with it, as if it had died, but without waiting for the lease to
@@ -84,6 +88,14 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	cfg.Lifecycle.Advance(Announcing)
+	wg.Go(func() {
+		select {
+		case <-drain: // Not ready from now on, though the drain takes a while.
+			cfg.Lifecycle.Advance(Draining)
+		case <-ctx.Done():
+		}
+	})
 
 	ann, err := announce(ctx, &wg, cfg)
 	if err != nil {
@@ -96,6 +108,7 @@ func Run(ctx context.Context, drain <-chan struct{}, cfg MemberConfig) error {
 	if cfg.Announced != nil {
 		cfg.Announced(ann)
 	}
+	cfg.Lifecycle.Advance(Serving)
 	done := make(chan error, 1)
 	wg.Add(1)
 	go func() {
@@ -168,6 +181,9 @@ func (cfg *MemberConfig) defaults() {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Lifecycle == nil {
+		cfg.Lifecycle = new(Lifecycle)
 	}
 	if cfg.Encode == nil {
 		spec := cfg.Spec

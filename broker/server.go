@@ -83,9 +83,10 @@ type Server struct {
 	stores    storeCache
 	conns     connpool.Pool
 
-	ctx     context.Context // the server's life
-	wg      sync.WaitGroup  // goroutines of replicas and the persister
-	serving chan struct{}   // closed once the keyspace is loaded and resolved
+	ctx       context.Context     // the server's life
+	wg        sync.WaitGroup      // goroutines of replicas and the persister
+	serving   chan struct{}       // closed once the keyspace is loaded and resolved
+	lifecycle allocator.Lifecycle // what Ready reports
 
 	localMu sync.Mutex
 	locals  map[string][]entry // recovered spools, and those of ended replicas, awaiting persistence
@@ -159,6 +160,7 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 	defer s.conns.Close()
 	defer s.wg.Wait()
 	defer cancel()
+	defer s.lifecycle.Advance(allocator.Stopped)
 
 	if err := s.ks.Load(ctx, s.cfg.Etcd, 0); err != nil {
 		return fmt.Errorf("loading brokers' keyspace: %w", err)
@@ -206,6 +208,7 @@ func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
 			return s.persister.wait(ctx)
 		},
 		DrainTimeout: s.cfg.DrainTimeout,
+		Lifecycle:    &s.lifecycle,
 		Resign:       resign,
 		Announced: func(ann *allocator.Announcement) {
 			s.log.Info("announced; serving the journals assigned to this broker", "member", ann.Key, "lease", fmt.Sprintf("%x", int64(ann.Lease)))
@@ -655,3 +658,8 @@ func protoFragment(f fragment.Fragment) *protocol.Fragment {
 	return &protocol.Fragment{Journal: f.Journal, Begin: f.Begin, End: f.End, Sum: f.Sum[:],
 		Codec: protocol.Codec(f.Codec) + 1, Store: f.Store, ModTime: mod}
 }
+
+// Ready returns nil while the broker serves — its view of etcd loaded,
+// its spools recovered, announced under its own lease, not draining —
+// and otherwise why not: what its admin endpoint's /readyz reports.
+func (s *Server) Ready() error { return s.lifecycle.Ready() }

@@ -126,9 +126,10 @@ type Server struct {
 	conns    connpool.Pool
 	seq      atomic.Int64 // numbers replica directories
 
-	ctx     context.Context // the server's life
-	wg      sync.WaitGroup  // replicas' goroutines
-	serving chan struct{}   // closed once the keyspace is loaded
+	ctx       context.Context     // the server's life
+	wg        sync.WaitGroup      // replicas' goroutines
+	serving   chan struct{}       // closed once the keyspace is loaded
+	lifecycle allocator.Lifecycle // what Ready reports
 }
 
 // New returns a consumer process for cfg. It does nothing until Run.
@@ -172,6 +173,7 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 	defer s.conns.Close()
 	defer s.wg.Wait()
 	defer cancel()
+	defer s.lifecycle.Advance(allocator.Stopped)
 
 	if err := s.resetDir(); err != nil {
 		return err
@@ -193,6 +195,7 @@ func (s *Server) Run(ctx context.Context, drain <-chan struct{}) error {
 		},
 		Drained:      func(ctx context.Context) error { return s.resolver.awaitNoReplicas(ctx) },
 		DrainTimeout: s.cfg.DrainTimeout,
+		Lifecycle:    &s.lifecycle,
 		Announced: func(ann *allocator.Announcement) {
 			s.log.Info("announced; serving the shards assigned to this process", "member", ann.Key, "lease", fmt.Sprintf("%x", int64(ann.Lease)))
 			s.resolver.announced(ann.Lease)
@@ -262,3 +265,8 @@ func (s *Server) awaitRevision(ctx context.Context, rev int64) error {
 // Dial returns a connection to the consumer process at endpoint, shared
 // by the process's proxies (and an application's own RPCs).
 func (s *Server) Dial(endpoint string) (*grpc.ClientConn, error) { return s.conns.Get(endpoint) }
+
+// Ready returns nil while the process serves — its view of etcd loaded,
+// announced under its own lease, not draining — and otherwise why not:
+// what its admin endpoint's /readyz reports.
+func (s *Server) Ready() error { return s.lifecycle.Ready() }

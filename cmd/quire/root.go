@@ -33,6 +33,8 @@ Commands available in this build:
                          file or a live fleet in etcd
   quire allocator member join a fleet as a member holding items (drains on
                          SIGTERM)
+  quire health [URL]     exit 0 if a server's admin endpoint says it is
+                         ready (container health checks)
   quire version          print the version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -48,7 +50,7 @@ Commands available in this build:
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand(), newDevCommand(), newJournalsCommand(), newBrokerCommand(),
-		newBenchCommand(), newAllocatorCommand(), newShardsCommand())
+		newBenchCommand(), newAllocatorCommand(), newShardsCommand(), newHealthCommand())
 	return root
 }
 
