@@ -17,10 +17,10 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/hostport"
-	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/internal/tlsconfig"
@@ -145,7 +145,8 @@ func usageArgs(c *cobra.Command) {
 type serveFlags struct {
 	etcd, prefix, zone, suffix string
 	listen, advertise, dir     string
-	broker, metrics            string
+	broker                     string
+	admin                      admin.Flags
 	limit                      int
 	leaseTTL, unassignFailed   time.Duration
 	drainTimeout               time.Duration
@@ -195,7 +196,9 @@ func ServeCommand(app Application) *cobra.Command {
 and serve the shard replicas the allocator assigns to it: a primary reads
 its shard's journals and processes them in transactions; a standby tails
 its recovery log, ready to take over. The Shard service (and the
-application's own) is served over gRPC on --listen. Shards' local stores
+application's own) is served over gRPC on --listen; --admin serves
+/metrics, /healthz and /readyz (ready once the process is announced in
+etcd and serving; not ready from the moment it starts draining). Shards' local stores
 live under --dir, which is emptied at start: they are played back from
 their recovery logs. The defaults reach 'quire dev'.
 
@@ -218,7 +221,7 @@ fail over when its lease expires.`,
 	fl.StringVar(&f.advertise, "advertise", "", "host:port that other processes reach this one at (default: the address --listen bound, or HOSTNAME:PORT if it listens on all interfaces)")
 	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_CONSUMER_DIR"), "directory of the shards' local stores, emptied at start (env QUIRE_CONSUMER_DIR; default a temporary directory, removed at exit)")
 	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", DefaultBroker), "host:port of any broker, or several, comma-separated: tried in turn while one is unreachable (env QUIRE_BROKER)")
-	fl.StringVar(&f.metrics, "metrics", os.Getenv("QUIRE_METRICS"), "host:port serving Prometheus metrics at /metrics (env QUIRE_METRICS; default: none)")
+	f.admin.AddFlags(fl, "")
 	fl.IntVar(&f.limit, "limit", DefaultLimit, "most shard replicas the process holds")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
 	fl.DurationVar(&f.unassignFailed, "unassign-failed-after", envDuration("QUIRE_UNASSIGN_FAILED_AFTER"),
@@ -266,10 +269,8 @@ func (f *serveFlags) validate() error {
 	if err := hostport.CheckList("--broker", f.broker); err != nil {
 		return UsageError{err}
 	}
-	if f.metrics != "" {
-		if err := validateHostPort("--metrics", f.metrics, true); err != nil {
-			return err
-		}
+	if err := f.admin.Validate(); err != nil {
+		return UsageError{err}
 	}
 	if f.limit < 1 {
 		return usagef("--limit %d: want at least 1", f.limit)
@@ -383,11 +384,11 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	if r, ok := app.(Registerer); ok {
 		r.Register(gs, srv)
 	}
-	stopMetrics, err := metricsrv.Serve("--metrics", f.metrics)
+	adm, err := f.admin.Serve(srv.Ready)
 	if err != nil {
 		return err
 	}
-	defer stopMetrics()
+	defer adm.Close()
 
 	ctx, drain, stop := signals.Drain(ctx, "draining, handing shards to other processes")
 	defer stop()

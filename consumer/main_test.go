@@ -48,7 +48,7 @@ func runMain(ctx context.Context, app consumer.Application, args ...string) erro
 
 func clearEnv(t *testing.T) {
 	for _, v := range []string{"QUIRE_ETCD", "QUIRE_CONSUMER_PREFIX", "QUIRE_ZONE", "QUIRE_SUFFIX",
-		"QUIRE_LISTEN", "QUIRE_CONSUMER_DIR", "QUIRE_BROKER", "QUIRE_METRICS",
+		"QUIRE_LISTEN", "QUIRE_CONSUMER_DIR", "QUIRE_BROKER", "QUIRE_METRICS", "QUIRE_ADMIN", "QUIRE_PPROF",
 		"QUIRE_TLS_CERT", "QUIRE_TLS_KEY", "QUIRE_TLS_CA", "QUIRE_ETCD_CERT", "QUIRE_ETCD_KEY", "QUIRE_ETCD_CA",
 		"QUIRE_UNASSIGN_FAILED_AFTER"} {
 		t.Setenv(v, "")
@@ -81,6 +81,9 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--broker", "b1:7700,,b2:7700"}, want: "an address is empty"},
 		{args: []string{"--broker", "b1:7700,b2"}, want: `--broker "b2"`},
 		{args: []string{"--metrics", "9100"}, want: `--metrics "9100"`},
+		{args: []string{"--admin", "9100"}, want: `--admin "9100"`},
+		{args: []string{"--pprof"}, want: "--pprof without --admin"},
+		{env: map[string]string{"QUIRE_ADMIN": "here"}, want: `--admin "here"`},
 		{args: []string{"--limit", "0"}, want: "--limit 0"},
 		{args: []string{"--limit", "many"}, want: `"many"`},
 		{args: []string{"--lease-ttl", "100ms"}, want: "--lease-ttl 100ms"},
@@ -210,8 +213,25 @@ func TestServe(t *testing.T) {
 		}
 	}
 
-	// Alone, the process could not hand its shard to another: delete it,
-	// so that the drain completes.
+	if code, body := httpGet(t, "http://"+metricsAddr+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz while serving: %d %q", code, body)
+	}
+	// Alone, the process cannot hand its shard to another: its drain
+	// waits, and it says it is not ready meanwhile. Deleting the shard
+	// lets the drain complete.
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		code, body := httpGet(t, "http://"+metricsAddr+"/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "draining") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("/readyz after SIGTERM: %d %q, want 503 draining", code, body)
+		}
+		time.Sleep(20 * time.Millisecond) // Polling the process's readiness.
+	}
 	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{
 		Changes: []*protocol.ShardApplyRequest_Change{{Delete: spec.ID, ExpectModRevision: 0}}}); err != nil || resp.Status != protocol.Status_REVISION_MISMATCH {
 		t.Fatalf("delete expecting no shard: %v %v", resp, err)
@@ -223,9 +243,6 @@ func TestServe(t *testing.T) {
 	if resp, err := shards.Apply(ctx, &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{
 		{Delete: spec.ID, ExpectModRevision: list.Shards[0].ModRevision}}}); err != nil || resp.Status != protocol.Status_OK {
 		t.Fatalf("delete: %v %v", resp, err)
-	}
-	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
 	}
 	select {
 	case err := <-done:
@@ -390,4 +407,19 @@ func mustDialOptions(t *testing.T, f tlsconfig.Files) []grpc.DialOption {
 		t.Fatal(err)
 	}
 	return opts
+}
+
+// httpGet returns the status code and body of a GET of url.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }

@@ -16,10 +16,10 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/hostport"
-	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/internal/tlsconfig"
@@ -38,7 +38,8 @@ func newBrokerCommand() *cobra.Command {
 type brokerFlags struct {
 	etcd, prefix, zone, suffix string
 	listen, advertise, dir     string
-	store, metrics             string
+	store                      string
+	admin                      admin.Flags
 	limit                      int
 	lease, isolation, drain    time.Duration
 	tls, etcdTLS               tlsconfig.Files
@@ -63,8 +64,10 @@ func newBrokerServeCommand() *cobra.Command {
 serve the journals the allocator assigns to it, over gRPC on --listen.
 Spools (the journals' current fragments) live under --dir; fragments are
 persisted to each journal's stores, or to --store for journals that name
-none. Every flag but --advertise and --metrics falls back to the
-environment variable named in its help.
+none. Every flag but --advertise falls back to the environment variable
+named in its help. --admin serves /metrics, /healthz and /readyz (ready
+once the broker is announced in etcd and serving; not ready from the
+moment it starts draining).
 
 SIGTERM (or Ctrl-C) drains: the broker's journals move to other brokers,
 its spools are persisted, and it exits. Journals that no other broker
@@ -89,7 +92,7 @@ fail over when its lease expires.`,
 	fl.DurationVar(&f.lease, "lease", 10*time.Second, "how long the broker's keys outlive it if it dies")
 	fl.DurationVar(&f.drain, "drain-timeout", 20*time.Second, "how long a drain waits for other brokers to take the broker's journals; then those left fail over at once (0: wait as long as it takes)")
 	fl.DurationVar(&f.isolation, "isolation-timeout", 0, "how long the broker may reach etcd but none of its peers (two or more) before it gives its journals up and exits; also how long a peer goes unreached before the broker reports it cut, and the reports choose which broker of a cut resigns (default 3 × --lease; negative: never)")
-	fl.StringVar(&f.metrics, "metrics", "", "host:port serving Prometheus metrics at /metrics (default: none)")
+	f.admin.AddFlags(fl, "")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the broker's etcd client")
 	return cmd
@@ -138,10 +141,8 @@ func (f *brokerFlags) validate() error {
 	if f.isolation > 0 && f.isolation <= f.lease {
 		return usagef("--isolation-timeout %s: want more than --lease %s (peers that die must leave etcd before their absence counts), or a negative value to never resign", f.isolation, f.lease)
 	}
-	if f.metrics != "" {
-		if err := validateHostPort("--metrics", f.metrics); err != nil {
-			return err
-		}
+	if err := f.admin.Validate(); err != nil {
+		return usageError{err}
 	}
 	if f.tls.Cert == "" && f.tls.CA != "" {
 		return usagef("--tls-ca without --tls-cert: a broker serves TLS with a certificate of its own")
@@ -215,12 +216,12 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", f.listen, err)
 	}
-	stopMetrics, err := metricsrv.Serve("--metrics", f.metrics)
+	adm, err := f.admin.Serve(srv.Ready)
 	if err != nil {
 		lis.Close()
 		return err
 	}
-	defer stopMetrics()
+	defer adm.Close()
 	ctx, drain, stop := signals.Drain(ctx, "draining")
 	defer stop()
 	slog.Info("broker serving", "broker", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),

@@ -15,15 +15,18 @@ import (
 	"github.com/quire-dev/quire/internal/freeport"
 )
 
-// broker serve joins the fleet, serves journals, and drains on SIGTERM.
+// broker serve joins the fleet, serves journals, and drains on SIGTERM;
+// its admin endpoint is ready once it serves, and not ready from the
+// moment it starts draining, before the drain ends.
 func TestBrokerServe(t *testing.T) {
 	etcd, root := etcdtest.Client(t)
 	addr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
+	adminAddr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	t.Setenv("QUIRE_DIR", t.TempDir()) // Flags fall back to the environment.
 	done := make(chan result, 1)
 	go func() {
 		done <- quire(context.Background(), nil, "broker", "serve", "--etcd", etcdtest.Shared(t).Endpoint(),
-			"--prefix", root, "--zone", "z1", "--suffix", "serve", "--listen", addr,
+			"--prefix", root, "--zone", "z1", "--suffix", "serve", "--listen", addr, "--admin", adminAddr,
 			"--store", "file://"+t.TempDir()+"/", "--lease", "3s", "--log-level", "warn")
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -31,17 +34,20 @@ func TestBrokerServe(t *testing.T) {
 	if err := awaitKey(ctx, etcd, allocator.MemberKey(root, "z1", "serve")); err != nil {
 		t.Fatalf("broker never announced itself: %v", err)
 	}
+	awaitHealth(t, adminAddr, "ready")
 	must(t, addr, strings.NewReader("journals: [{name: served/j, replication: 1}]\n"), "journals", "apply", "-f", "-")
 	must(t, addr, strings.NewReader("served"), "journals", "append", "-j", "served/j")
 	if got := must(t, addr, nil, "journals", "read", "-j", "served/j").stdout; got != "served" {
 		t.Errorf("read %q", got)
 	}
-	// Drain. Alone, the broker cannot hand its journal to another; delete
-	// it so that the drain completes.
-	must(t, addr, nil, "journals", "delete", "served/j")
+	// Drain. Alone, the broker cannot hand its journal to another: the
+	// drain waits, and the broker says it is not ready meanwhile. Deleting
+	// the journal lets the drain complete.
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	awaitHealth(t, adminAddr, "draining")
+	must(t, addr, nil, "journals", "delete", "served/j")
 	select {
 	case r := <-done:
 		if r.err != nil {
@@ -53,6 +59,25 @@ func TestBrokerServe(t *testing.T) {
 	resp, err := etcd.Get(context.Background(), allocator.MemberKey(root, "z1", "serve"))
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Errorf("member key after the drain: %v, %v", resp.Kvs, err)
+	}
+}
+
+// awaitHealth waits until `quire health` of the admin endpoint at addr
+// says want: "ready", or what its error starts with, after "not ready: ".
+func awaitHealth(t *testing.T, addr, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := quire(context.Background(), nil, "health", addr)
+		switch {
+		case want == "ready" && r.err == nil:
+			return
+		case want != "ready" && r.err != nil && strings.Contains(r.err.Error(), "not ready: "+want):
+			return
+		case time.Now().After(deadline):
+			t.Fatalf("quire health %s: %v, stdout %q; want %s", addr, r.err, r.stdout, want)
+		}
+		time.Sleep(20 * time.Millisecond) // Polling the server's readiness.
 	}
 }
 
@@ -77,6 +102,9 @@ func TestBrokerServeFlags(t *testing.T) {
 		{[]string{"--drain-timeout", "-1s"}, "--drain-timeout -1s"},
 		{[]string{"--isolation-timeout", "5s"}, "--isolation-timeout 5s: want more than --lease 10s"},
 		{[]string{"--metrics", "nowhere"}, `--metrics "nowhere"`},
+		{[]string{"--admin", "nowhere"}, `--admin "nowhere"`},
+		{[]string{"--admin", "127.0.0.1:1", "--metrics", "127.0.0.1:2"}, "give one"},
+		{[]string{"--pprof"}, "--pprof without --admin"},
 		{[]string{"--etcd", ""}, "--etcd is empty"},
 		{[]string{"--limit", "many"}, `"many"`},
 	} {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,8 +30,8 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
+	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/devetcd"
-	"github.com/quire-dev/quire/internal/metricsrv"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -49,9 +50,13 @@ const (
 )
 
 type devFlags struct {
-	dir, metrics                               string
+	dir                                        string
 	port, etcdPort, etcdPeerPort, consumerPort int
+	admin                                      admin.Flags
 }
+
+// devAdminAddr is where quire dev serves its admin endpoint by default.
+const devAdminAddr = "127.0.0.1:7704"
 
 func newDevCommand() *cobra.Command {
 	var f devFlags
@@ -68,7 +73,7 @@ DIR/consumer. On its first start it creates the word count's journals and
 shards. Run it again on the same directory and it serves everything
 written before, even after a kill -9.
 
-Once it prints "ready", every 'quire journals' and 'quire shards' command
+Once it prints "quire dev: ready", every 'quire journals' and 'quire shards' command
 works with no flags, from another terminal, as do 'go run ./examples/wordcount
 publish' and 'query'. Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
@@ -82,19 +87,24 @@ publish' and 'query'. Ctrl-C stops it.`,
 	fl.IntVar(&f.etcdPort, "etcd-port", 7701, "loopback port of etcd's clients")
 	fl.IntVar(&f.etcdPeerPort, "etcd-peer-port", 0, "loopback port of etcd's peer listener (default: the first port after --etcd-port that no other flag takes, 7703)")
 	fl.IntVar(&f.consumerPort, "consumer-port", 7702, "loopback port of the word-count consumer's gRPC")
-	fl.StringVar(&f.metrics, "metrics", "", "host:port serving Prometheus metrics (the broker's and the consumer's) at /metrics (default: none)")
+	f.admin.AddFlags(fl, devAdminAddr)
 	return cmd
 }
 
 func (f *devFlags) validate() error {
-	if f.metrics != "" {
-		if err := validateHostPort("--metrics", f.metrics); err != nil {
-			return err
+	if err := f.admin.Validate(); err != nil {
+		return usageError{err}
+	}
+	adminPort := -1 // None, or not on loopback's ports.
+	if f.admin.Addr != "" {
+		_, port, _ := net.SplitHostPort(f.admin.Addr)
+		if p, _ := strconv.Atoi(port); p != 0 {
+			adminPort = p
 		}
 	}
 	if f.etcdPeerPort == 0 {
 		f.etcdPeerPort = f.etcdPort + 1
-		for f.etcdPeerPort == f.port || f.etcdPeerPort == f.consumerPort {
+		for f.etcdPeerPort == f.port || f.etcdPeerPort == f.consumerPort || f.etcdPeerPort == adminPort {
 			f.etcdPeerPort++
 		}
 	}
@@ -102,6 +112,12 @@ func (f *devFlags) validate() error {
 		flag string
 		port int
 	}{{"--port", f.port}, {"--etcd-port", f.etcdPort}, {"--etcd-peer-port", f.etcdPeerPort}, {"--consumer-port", f.consumerPort}}
+	if adminPort > 0 {
+		ports = append(ports, struct {
+			flag string
+			port int
+		}{"--admin", adminPort})
+	}
 	for i, p := range ports {
 		if p.port < 1 || p.port > 65535 {
 			return usagef("%s %d: want a port from 1 to 65535", p.flag, p.port)
@@ -149,11 +165,12 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 		return fmt.Errorf("--consumer-port %d: %s is in use or cannot be bound (another quire dev?): %w", f.consumerPort, consumerAddr, err)
 	}
 	defer consumerLis.Close()
-	stopMetrics, err := metricsrv.Serve("--metrics", f.metrics)
+	var ready devReady
+	adm, err := f.admin.Serve(ready.Ready)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (another quire dev?)", err)
 	}
-	defer stopMetrics()
+	defer adm.Close()
 	etcd, err := devetcd.Start(devetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: f.etcdPort, PeerPort: f.etcdPeerPort})
 	if err != nil {
 		return fmt.Errorf("starting etcd (--etcd-port %d, --etcd-peer-port %d): %w", f.etcdPort, f.etcdPeerPort, err)
@@ -164,7 +181,8 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 		return err
 	}
 	defer client.Close()
-	return runDevBroker(ctx, stdout, devCluster{dir: dir, etcd: etcd, client: client, lis: lis, consumerLis: consumerLis})
+	return runDevBroker(ctx, stdout, devCluster{dir: dir, etcd: etcd, client: client, lis: lis, consumerLis: consumerLis,
+		admin: adm, ready: &ready})
 }
 
 // devCluster is what runDevBroker runs a broker and the word count on.
@@ -174,6 +192,28 @@ type devCluster struct {
 	client      *clientv3.Client
 	lis         net.Listener
 	consumerLis net.Listener
+	admin       *admin.Server // nil if none
+	ready       *devReady
+}
+
+// devReady is quire dev's readiness: its broker's and its word count's,
+// once each exists.
+type devReady struct{ broker, consumer atomic.Pointer[func() error] }
+
+func (r *devReady) Ready() error {
+	for _, c := range []struct {
+		name  string
+		ready *atomic.Pointer[func() error]
+	}{{"broker", &r.broker}, {"word count", &r.consumer}} {
+		f := c.ready.Load()
+		if f == nil {
+			return fmt.Errorf("%s: starting", c.name)
+		}
+		if err := (*f)(); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	return nil
 }
 
 func (d devCluster) store() string { return "file://" + filepath.Join(d.dir, "store") + "/" }
@@ -197,6 +237,7 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 	if err != nil {
 		return err
 	}
+	d.ready.broker.Store(ptr(srv.Ready))
 	sigCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	// The broker outlives a signal: the consumer stops first, and its
@@ -276,6 +317,7 @@ func startDevConsumer(ctx context.Context, d devCluster) (*devConsumer, error) {
 		journals.Close()
 		return nil, err
 	}
+	d.ready.consumer.Store(ptr(srv.Ready))
 	gs := grpc.NewServer(rpcbuf.ServerOptions()...)
 	protocol.RegisterShardServer(gs, srv)
 	wordcount.App{}.Register(gs, srv)
@@ -365,6 +407,9 @@ func awaitKey(ctx context.Context, c *clientv3.Client, key string) error {
 	return ctx.Err()
 }
 
+// ptr returns a pointer to v.
+func ptr[T any](v T) *T { return &v }
+
 func printDevBanner(w io.Writer, d devCluster) {
 	addr := d.lis.Addr().String()
 	brokerFlag := ""
@@ -376,10 +421,14 @@ func printDevBanner(w io.Writer, d devCluster) {
 	if caddr != devConsumerAddr {
 		consumerFlag = " --consumer " + caddr
 	}
+	adminLine := ""
+	if d.admin != nil {
+		adminLine = fmt.Sprintf("  admin     http://%s/   (/metrics, /healthz, /readyz; quire health %s)\n", d.admin.Addr, d.admin.Addr)
+	}
 	fmt.Fprintf(w, `  broker    %s   (clients: export QUIRE_BROKER=%s)
   etcd      %s   (brokers under %s)
   consumer  %s   (the word count, under %s; export QUIRE_CONSUMER=%s)
-  data      %s   (fragments in %s)
+%s  data      %s   (fragments in %s)
 
 Try it, from another terminal:
   printf 'journals:\n  - name: examples/hello\n    replication: 1\n' > hello.yaml
@@ -394,7 +443,7 @@ Try the word count:
   quire shards list%s
 
 quire dev: ready (Ctrl-C stops it; the data stays in %s)
-`, addr, addr, d.etcd.Endpoint(), devPrefix, caddr, devConsumerPrefix, caddr, d.dir, d.store(),
+`, addr, addr, d.etcd.Endpoint(), devPrefix, caddr, devConsumerPrefix, caddr, adminLine, d.dir, d.store(),
 		brokerFlag, brokerFlag, brokerFlag, brokerFlag, brokerFlag, consumerFlag, consumerFlag, d.dir)
 }
 

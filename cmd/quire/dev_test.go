@@ -36,8 +36,8 @@ type devProcess struct {
 }
 
 // devPorts are the ports of a quire dev: its broker's, etcd's (clients and
-// peers), its word-count consumer's and its metrics'.
-type devPorts struct{ broker, etcd, peer, consumer, metrics int }
+// peers), its word-count consumer's and its admin endpoint's.
+type devPorts struct{ broker, etcd, peer, consumer, admin int }
 
 func freeDevPorts(t *testing.T) devPorts {
 	return devPorts{freeport.Port(t), freeport.Port(t), freeport.Port(t), freeport.Port(t), freeport.Port(t)}
@@ -46,7 +46,7 @@ func freeDevPorts(t *testing.T) devPorts {
 func (p devPorts) args() []string {
 	return []string{"--port", strconv.Itoa(p.broker), "--etcd-port", strconv.Itoa(p.etcd),
 		"--etcd-peer-port", strconv.Itoa(p.peer), "--consumer-port", strconv.Itoa(p.consumer),
-		"--metrics", "127.0.0.1:" + strconv.Itoa(p.metrics)}
+		"--admin", "127.0.0.1:" + strconv.Itoa(p.admin)}
 }
 
 func (p devPorts) brokerAddr() string   { return "127.0.0.1:" + strconv.Itoa(p.broker) }
@@ -79,7 +79,7 @@ func startDev(t *testing.T, dir string, ports devPorts) *devProcess {
 		for sc.Scan() {
 			if !found {
 				p.stdout.WriteString(sc.Text() + "\n")
-				if strings.Contains(sc.Text(), "ready") {
+				if strings.HasPrefix(sc.Text(), "quire dev: ready") {
 					found = true
 					ready <- true
 				}
@@ -125,7 +125,8 @@ func TestDev(t *testing.T) {
 	dev := startDev(t, dir, ports)
 	for _, want := range []string{"broker    " + addr, "QUIRE_BROKER=" + addr, "quire journals apply", dir,
 		"consumer  " + caddr, "QUIRE_CONSUMER=" + caddr, "go run ./examples/wordcount publish --broker " + addr,
-		"go run ./examples/wordcount query --consumer " + caddr + " a b", "quire shards list --consumer " + caddr} {
+		"go run ./examples/wordcount query --consumer " + caddr + " a b", "quire shards list --consumer " + caddr,
+		"admin     http://127.0.0.1:" + strconv.Itoa(ports.admin) + "/"} {
 		if !strings.Contains(dev.stdout.String(), want) {
 			t.Errorf("quire dev printed %q, which lacks %q", dev.stdout, want)
 		}
@@ -138,8 +139,11 @@ func TestDev(t *testing.T) {
 		t.Fatalf("read %q, want %q", got, content)
 	}
 
-	// Its metrics are the broker's and the consumer's.
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(ports.metrics) + "/metrics")
+	// It is ready, and its metrics are the broker's and the consumer's.
+	if r := quire(context.Background(), nil, "health", "127.0.0.1:"+strconv.Itoa(ports.admin)); r.err != nil {
+		t.Errorf("quire health of quire dev: %v", r.err)
+	}
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(ports.admin) + "/metrics")
 	if err != nil {
 		t.Fatalf("scraping quire dev's metrics: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/internal/tlsconfig"
@@ -18,6 +19,7 @@ type memberFlags struct {
 	limit                      int
 	leaseTTL                   time.Duration
 	etcdTLS                    tlsconfig.Files
+	admin                      admin.Flags
 }
 
 func newMemberCommand() *cobra.Command {
@@ -31,7 +33,9 @@ The member holds items without doing anything with them, which makes it a
 way to try the allocator on a live etcd, or to stand in for capacity.
 
 SIGTERM (or Ctrl-C) drains: the member's items move to other members, and
-it exits once it holds nothing. A second signal exits at once.`,
+it exits once it holds nothing. A second signal exits at once. --admin
+serves /metrics, /healthz and /readyz (ready while the member is
+announced and not draining).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMember(cmd.Context(), f)
@@ -44,6 +48,7 @@ it exits once it holds nothing. A second signal exits at once.`,
 	cmd.Flags().IntVar(&f.limit, "limit", 1000, "most items the member holds")
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease", 10*time.Second, "how long the member's keys outlive it if it dies")
 	f.etcdTLS.AddFlags(cmd.Flags(), "etcd", "QUIRE_ETCD", "the member's etcd client")
+	f.admin.AddFlags(cmd.Flags(), "")
 	return cmd
 }
 
@@ -66,6 +71,9 @@ func (f memberFlags) validate() error {
 	if f.leaseTTL < time.Second {
 		return usagef("--lease %s is under one second", f.leaseTTL)
 	}
+	if err := f.admin.Validate(); err != nil {
+		return usageError{err}
+	}
 	return nil
 }
 
@@ -78,14 +86,22 @@ func runMember(ctx context.Context, f memberFlags) error {
 		return err
 	}
 	defer client.Close()
+	var life allocator.Lifecycle
+	adm, err := f.admin.Serve(life.Ready)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	defer life.Advance(allocator.Stopped)
 	ctx, drain, stop := signals.Drain(ctx, "draining")
 	defer stop()
 	return allocator.Run(ctx, drain, allocator.MemberConfig{
-		Config:   allocator.Config{Client: client},
-		Root:     f.prefix,
-		Zone:     f.zone,
-		Suffix:   f.suffix,
-		Spec:     allocator.MemberSpec{Limit: f.limit},
-		LeaseTTL: f.leaseTTL,
+		Config:    allocator.Config{Client: client},
+		Root:      f.prefix,
+		Zone:      f.zone,
+		Suffix:    f.suffix,
+		Spec:      allocator.MemberSpec{Limit: f.limit},
+		LeaseTTL:  f.leaseTTL,
+		Lifecycle: &life,
 	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/keyspace"
 )
 
@@ -75,9 +77,11 @@ func TestMemberDrainsOnSignal(t *testing.T) {
 	}
 	ks := watchFleet(t, client, root)
 	flags := memberFlags{etcd: etcdtest.Shared(t).Endpoint(), prefix: root, zone: "z1", suffix: "cmd", limit: 10, leaseTTL: 5 * time.Second}
+	flags.admin.Addr = "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	done := make(chan error, 1)
 	go func() { done <- runMember(ctx, flags) }()
 	awaitLoad(t, ks, root, "z1", "cmd", 3)
+	awaitHealth(t, flags.admin.Addr, "ready")
 
 	// A second member, not driven by signals, to take the items.
 	otherCtx, cancelOther := context.WithCancel(ctx)

@@ -55,8 +55,12 @@ func Serve(flag, addr string, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Close stops serving, waiting a few seconds for requests in flight.
+// Close stops serving, waiting a few seconds for requests in flight. A nil
+// Server closes nothing.
 func (s *Server) Close() {
+	if s == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.hs.Shutdown(ctx); err != nil {
