@@ -365,7 +365,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	}
 	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
 	if err != nil {
-		return fmt.Errorf("%w (is quire dev running?)", err)
+		return fmt.Errorf("--etcd: %w (is quire dev running?)", err)
 	}
 	defer etcd.Close()
 	journals, err := client.New(ctx, client.Config{Broker: f.broker, Zone: f.zone, DialOptions: dialOpts, Logger: slog.Default()})

@@ -120,7 +120,7 @@ func liveScenario(ctx context.Context, f planFlags) (*allocator.Scenario, error)
 	}
 	client, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, f.timeout)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--etcd: %w", err)
 	}
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)

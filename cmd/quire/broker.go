@@ -195,13 +195,16 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
+	if err := checkStore(ctx, f.store); err != nil {
+		return err
+	}
 	serverOpts, dialOpts, err := f.tls.Options()
 	if err != nil {
 		return err
 	}
 	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
 	if err != nil {
-		return err
+		return fmt.Errorf("--etcd: %w", err)
 	}
 	defer etcd.Close()
 	srv, err := broker.New(broker.Config{
@@ -239,6 +242,22 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		err = fmt.Errorf("its member key left etcd, and its journals moved to other brokers; start it again on the same --dir (its spools are recovered): %w", err)
 	}
 	return err
+}
+
+// checkStore fails unless the default store answers a listing: a bucket
+// that does not exist, credentials it refuses, or an endpoint that does not
+// answer are found at start, rather than at the first fragment persisted.
+func checkStore(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store, err := fragment.Open(ctx, url)
+	if err == nil {
+		err = store.List(ctx, "quire-store-check", func(fragment.Fragment) error { return nil })
+	}
+	if err != nil {
+		return fmt.Errorf("--store %s: the store does not answer a listing: %w", url, err)
+	}
+	return nil
 }
 
 // serveBroker serves srv's gRPC on lis while srv runs, and stops serving

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -83,7 +84,7 @@ func runMember(ctx context.Context, f memberFlags) error {
 	}
 	client, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
 	if err != nil {
-		return err
+		return fmt.Errorf("--etcd: %w", err)
 	}
 	defer client.Close()
 	var life allocator.Lifecycle
