@@ -16,9 +16,10 @@ import (
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/etcdtest"
 	"github.com/quire-dev/quire/internal/freeport"
+	"github.com/quire-dev/quire/internal/proctest"
 )
 
-func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(proctest.Main(m, etcdtest.Main)) }
 
 // run runs the binary's command in-process.
 func run(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
