@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/quire-dev/quire/client"
@@ -52,6 +51,7 @@ func usagef(format string, args ...any) error {
 
 func publishCommand() *cobra.Command {
 	var broker, selector string
+	var tls tlsFlags
 	cmd := &cobra.Command{
 		Use:   "publish < TEXT",
 		Short: "Publish the words of standard input",
@@ -63,7 +63,11 @@ Exit once every word is acknowledged: durable in the journals.`,
 			if broker == "" {
 				return usagef("--broker is empty")
 			}
-			journals, err := client.New(cmd.Context(), client.Config{Broker: broker})
+			dial, err := tls.dialOptions()
+			if err != nil {
+				return err
+			}
+			journals, err := client.New(cmd.Context(), client.Config{Broker: broker, DialOptions: dial})
 			if err != nil {
 				return err
 			}
@@ -80,6 +84,7 @@ Exit once every word is acknowledged: durable in the journals.`,
 	}
 	cmd.Flags().StringVar(&broker, "broker", envOr("QUIRE_BROKER", consumer.DefaultBroker), "host:port of any broker, or several, comma-separated (env QUIRE_BROKER)")
 	cmd.Flags().StringVar(&selector, "selector", wordcount.Selector, "label selector of the word journals")
+	tls.add(cmd.Flags())
 	return cmd
 }
 
@@ -87,6 +92,7 @@ func queryCommand() *cobra.Command {
 	var addr string
 	var timeout time.Duration
 	var sync bool
+	var tls tlsFlags
 	cmd := &cobra.Command{
 		Use:   "query WORD...",
 		Short: "Print the counts of words",
@@ -104,7 +110,11 @@ published before the query.`,
 			if addr == "" {
 				return usagef("--consumer is empty")
 			}
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			dial, err := tls.dialOptions()
+			if err != nil {
+				return err
+			}
+			conn, err := grpc.NewClient(addr, dial...)
 			if err != nil {
 				return usagef("--consumer %q: %v", addr, err)
 			}
@@ -124,6 +134,7 @@ published before the query.`,
 	cmd.Flags().StringVar(&addr, "consumer", envOr("QUIRE_CONSUMER", DefaultConsumer), "host:port of any process of the application (env QUIRE_CONSUMER)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the answer")
 	cmd.Flags().BoolVar(&sync, "sync", true, "wait until the counts include every word published before the query")
+	tls.add(cmd.Flags())
 	return cmd
 }
 
@@ -131,6 +142,7 @@ func setupCommand() *cobra.Command {
 	var broker, addr, prefix string
 	var timeout time.Duration
 	var cfg wordcount.SetupConfig
+	var tls tlsFlags
 	cmd := &cobra.Command{
 		Use:   "setup",
 		Short: "Create the application's journals and shards, those that do not exist",
@@ -147,12 +159,16 @@ after --timeout if they do not answer.`,
 			case timeout <= 0:
 				return usagef("--timeout %s: want a positive duration", timeout)
 			}
-			journals, err := client.New(cmd.Context(), client.Config{Broker: broker})
+			dial, err := tls.dialOptions()
+			if err != nil {
+				return err
+			}
+			journals, err := client.New(cmd.Context(), client.Config{Broker: broker, DialOptions: dial})
 			if err != nil {
 				return usagef("--broker %q: %v", broker, err)
 			}
 			defer journals.Close()
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(addr, dial...)
 			if err != nil {
 				return usagef("--consumer %q: %v", addr, err)
 			}
@@ -174,6 +190,7 @@ after --timeout if they do not answer.`,
 	fl.StringVar(&prefix, "prefix", envOr("QUIRE_CONSUMER_PREFIX", "/quire/consumers/wordcount/"), "the application's key prefix in etcd, as its processes' --prefix (env QUIRE_CONSUMER_PREFIX)")
 	fl.Int32Var(&cfg.Replication, "replication", 1, "replication of the journals")
 	fl.IntVar(&cfg.HotStandbys, "hot-standbys", 0, "hot standbys of each shard")
+	tls.add(fl)
 	return cmd
 }
 
