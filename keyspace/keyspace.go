@@ -73,9 +73,11 @@ type KeySpace struct {
 	// watcher is the client that Watch runs on (nil before Watch):
 	// WaitForRevision asks its watch for progress.
 	watcher *clientv3.Client
-	// progressAsked is set once a waiter asked for progress, and cleared
-	// at each change: waiters share one request per change.
-	progressAsked bool
+	// askedAt is when progress was last requested and not yet notified
+	// (zero if none is outstanding). One request at a time: every request
+	// of a synced watch is answered, and answers queued behind a slow
+	// stream would otherwise pile up ahead of the events it must deliver.
+	askedAt time.Time
 }
 
 // observer is a function registered with Observe.
@@ -139,7 +141,7 @@ func (ks *KeySpace) Changed() <-chan struct{} {
 // again every progressRetry while it waits, since etcd drops a request
 // while any watch of the stream is still catching up.
 func (ks *KeySpace) WaitForRevision(ctx context.Context, rev int64) error {
-	var retry *time.Timer
+	var retry *time.Ticker
 	defer func() {
 		if retry != nil {
 			retry.Stop()
@@ -152,39 +154,47 @@ func (ks *KeySpace) WaitForRevision(ctx context.Context, rev int64) error {
 		if cur >= rev {
 			return nil
 		}
-		ks.askProgress(ctx, false)
+		ks.askProgress(ctx)
 		if retry == nil {
-			retry = time.NewTimer(progressRetry)
+			retry = time.NewTicker(progressRetry / 4)
 		}
 		select {
 		case <-ch:
 		case <-retry.C:
-			retry.Reset(progressRetry)
-			ks.askProgress(ctx, true)
+			ks.askProgress(ctx)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
 
-// progressRetry is how often a waiter asks again for watch progress.
-const progressRetry = 250 * time.Millisecond
+// progressRetry is how long a progress request may go unanswered before
+// it is made again: etcd drops one while any watch of the stream is still
+// catching up.
+const progressRetry = time.Second
 
-// askProgress requests a progress notification on the watch, unless
-// another waiter did since the last change and again is false. Best
-// effort: a failed request leaves the waiter to its next retry.
-func (ks *KeySpace) askProgress(ctx context.Context, again bool) {
+// askProgress requests a progress notification on the watch, unless one
+// is outstanding (asked less than progressRetry ago, and not answered).
+// Best effort: a failed request is made again after progressRetry.
+func (ks *KeySpace) askProgress(ctx context.Context) {
 	ks.mu.Lock()
 	c := ks.watcher
-	if c == nil || (ks.progressAsked && !again) {
+	if c == nil || (!ks.askedAt.IsZero() && time.Since(ks.askedAt) < progressRetry) {
 		ks.mu.Unlock()
 		return
 	}
-	ks.progressAsked = true
+	ks.askedAt = time.Now()
 	ks.mu.Unlock()
 	progressRequests.Inc()
 	// The watch's stream is the one of contexts that require a leader.
 	_ = c.RequestProgress(clientv3.WithRequireLeader(ctx))
+}
+
+// progressNotified marks the outstanding progress request answered.
+func (ks *KeySpace) progressNotified() {
+	ks.mu.Lock()
+	ks.askedAt = time.Time{}
+	ks.mu.Unlock()
 }
 
 // Sync waits until the mirror reflects at least what etcd held when Sync
@@ -205,9 +215,14 @@ func (ks *KeySpace) Sync(ctx context.Context, client *clientv3.Client) error {
 	if ks.Revision() >= rev {
 		return nil
 	}
-	// The watch's stream is the one of contexts that require a leader.
-	if err := client.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
-		return fmt.Errorf("keyspace %s: requesting watch progress: %w", ks.Root, err)
+	ks.mu.RLock()
+	watching := ks.watcher == client
+	ks.mu.RUnlock()
+	if !watching { // Else WaitForRevision asks, sharing requests.
+		// The watch's stream is the one of contexts that require a leader.
+		if err := client.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
+			return fmt.Errorf("keyspace %s: requesting watch progress: %w", ks.Root, err)
+		}
 	}
 	return ks.WaitForRevision(ctx, rev)
 }
@@ -299,7 +314,6 @@ func (ks *KeySpace) decodeKV(raw *mvccpb.KeyValue) (any, bool) {
 // everyone waiting on Changed. The lock must be held.
 func (ks *KeySpace) publish(kvs KeyValues, rev int64) {
 	ks.kvs, ks.rev = kvs, rev
-	ks.progressAsked = false
 	for _, o := range ks.observers {
 		o.fn(kvs, rev)
 	}
@@ -402,7 +416,7 @@ func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *
 		if resp.Err() == nil && ks.apply(batch) {
 			// Ask for a progress notification, which lets the revision catch up
 			// with etcd's once the watch has caught up. Best effort.
-			_ = client.RequestProgress(wctx)
+			ks.askProgress(wctx)
 		}
 		if err != nil {
 			return err
@@ -426,6 +440,7 @@ func (ks *KeySpace) apply(batch []*clientv3.WatchResponse) bool {
 	for _, resp := range batch {
 		if resp.IsProgressNotify() {
 			rev = max(rev, resp.Header.Revision)
+			ks.progressNotified()
 		} else if n := len(resp.Events); n > 0 {
 			rev = max(rev, resp.Events[n-1].Kv.ModRevision)
 		}
