@@ -162,6 +162,21 @@ func acknowledged(ok []acked, rec string) bool {
 	return false
 }
 
+// awaitMembers waits until b sees n brokers announced.
+func (c *cluster) awaitMembers(b *testBroker, n int) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if state, _ := b.srv.resolver.snapshot(); state != nil && len(state.Members) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("broker %s never saw %d brokers", b.name, n)
+		}
+		time.Sleep(10 * time.Millisecond) // Polling the brokers' announcements.
+	}
+}
+
 // awaitRoute waits until b's route of journal has n brokers.
 func (c *cluster) awaitRoute(b *testBroker, journal string, n int) *protocol.Route {
 	c.t.Helper()

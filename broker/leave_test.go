@@ -174,6 +174,11 @@ func (c *cluster) threeReplicas(journal string) (primary, second, third *testBro
 	for _, name := range []string{"b1", "b2", "b3"} {
 		c.start(name, "")
 	}
+	// With every broker a member before the journal exists, the first
+	// route the allocator gives it is the one it keeps: a primary moved
+	// later (to balance a fleet that grew) would make the test's second
+	// or third broker the primary.
+	c.awaitMembers(c.brokers["b1"], 3)
 	c.journal(c.brokers["b1"], journal, 3)
 	route := c.awaitRoute(c.brokers["b1"], journal, 3)
 	primary, second, third = c.brokers[route.Members[0].Suffix], c.brokers[route.Members[1].Suffix], c.brokers[route.Members[2].Suffix]
