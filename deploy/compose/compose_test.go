@@ -31,6 +31,7 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/examples/wordcount/wordcountpb"
+	"github.com/quire-dev/quire/internal/proctest"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -142,9 +143,19 @@ func up(t *testing.T, tls bool) *cluster {
 	return c
 }
 
+// imageInputs are what the images and the cluster are made of, besides
+// the Go packages they build: go test must rerun the test when they change.
+var imageInputs = []string{"compose.yaml", "compose.tls.yaml", "s3.json", "s3.env", "gencerts",
+	"../images", "../docker", "../docker/quire.Dockerfile", "../docker/wordcount.Dockerfile",
+	"../docker/etcd.Dockerfile", "../docker/s3.Dockerfile", "../../.ci/build-weed"}
+
 // buildImages builds the images with deploy/images, tagged imageTag,
 // once per test binary.
 func (c *cluster) buildImages() {
+	if err := proctest.DeclareInputs([]string{"../../cmd/quire", "../../examples/wordcount", "../../internal/cmd/etcd", "./gencerts"},
+		imageInputs...); err != nil {
+		c.t.Fatal(err)
+	}
 	images.once.Do(func() {
 		start := time.Now()
 		cmd := exec.Command("bash", "../images")

@@ -156,6 +156,22 @@ func goCommand(args ...string) ([]byte, error) {
 	return out, nil
 }
 
+// DeclareInputs tells go test what a test's result depends on beyond its
+// own binary: the sources of the packages pkgs (and their dependencies
+// outside the standard library), which the test builds into binaries or
+// images, and files (or directories) it hands to other programs. go test
+// then caches the result only until one of them changes.
+func DeclareInputs(pkgs []string, files ...string) error {
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return fmt.Errorf("declaring the test's input %s: %w", name, err)
+		}
+		f.Close()
+	}
+	return declareSources(pkgs)
+}
+
 // declareSources opens the directory of every package that pkgs depend
 // on, outside the standard library. go test caches a test's result
 // until the files it opened change; the binaries' sources are not the
