@@ -153,7 +153,7 @@ func New(cfg Config) (*Server, error) {
 		log: cfg.Logger.With("consumer", cfg.Zone+"#"+cfg.Suffix), serving: make(chan struct{})}
 	s.conns.Options = cfg.DialOptions
 	s.resolver = newResolver(s)
-	s.ks = keyspace.New(cfg.Root, allocator.NewDecoder(cfg.Root, decoders))
+	s.ks = keyspace.New(cfg.Root, allocator.NewDecoder(cfg.Root, Decoders))
 	return s, nil
 }
 

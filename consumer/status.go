@@ -82,9 +82,9 @@ func combine(replicas []Status) Status {
 	return best
 }
 
-// decoders are the allocator decoders of a consumer application's
+// Decoders are the allocator decoders of a consumer application's
 // keyspace: member specs as the allocator's, shard specs, and statuses.
-var decoders = allocator.Decoders{
+var Decoders = allocator.Decoders{
 	Member: decodeMemberSpec,
 	Item: func(raw []byte) (allocator.ItemValue, error) {
 		return UnmarshalShardSpec(raw)

@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/broker"
+	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/keyspace"
@@ -31,9 +34,9 @@ func newAllocatorCommand() *cobra.Command {
 }
 
 type planFlags struct {
-	file, output, etcd, prefix string
-	timeout                    time.Duration
-	etcdTLS                    tlsconfig.Files
+	file, output, etcd, prefix, fleet string
+	timeout                           time.Duration
+	etcdTLS                           tlsconfig.Files
 }
 
 func newPlanCommand() *cobra.Command {
@@ -48,7 +51,11 @@ converge to, with statistics. The problem is a scenario file:
   items:       [{id: a, replication: 3}]
   assignments: [{item: a, zone: z1, suffix: m1, slot: 0}]   # current; optional
 
-or a live fleet read from etcd under --prefix (for example /quire/brokers/).
+or a live fleet read from etcd under --prefix (for example /quire/brokers/,
+or a consumer application's /quire/consumers/NAME/): brokers and their
+journals, consumer processes and their shards (replication 1 +
+hotStandbys), or the members of quire allocator member, as --fleet says or,
+by default, as the fleet's values show.
 Bad input is reported on standard error with exit code 2.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -59,6 +66,7 @@ Bad input is reported on standard error with exit code 2.`,
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: json, yaml or table")
 	cmd.Flags().StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints of a live fleet")
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "the live fleet's key prefix, e.g. /quire/brokers/")
+	cmd.Flags().StringVar(&f.fleet, "fleet", "auto", "the live fleet's kind: brokers, consumers, plain (quire allocator member), or auto (by its values)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "etcd timeout")
 	f.etcdTLS.AddFlags(cmd.Flags(), "etcd", "QUIRE_ETCD", "this etcd client")
 	return cmd
@@ -67,6 +75,11 @@ Bad input is reported on standard error with exit code 2.`,
 func runPlan(ctx context.Context, stdout io.Writer, f planFlags) error {
 	if f.output != "json" && f.output != "yaml" && f.output != "table" {
 		return usagef("--output %q: want json, yaml or table", f.output)
+	}
+	switch f.fleet {
+	case "auto", "brokers", "consumers", "plain":
+	default:
+		return usagef("--fleet %q: want brokers, consumers, plain or auto", f.fleet)
 	}
 	var sc *allocator.Scenario
 	var err error
@@ -125,12 +138,65 @@ func liveScenario(ctx context.Context, f planFlags) (*allocator.Scenario, error)
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	ks := keyspace.New(f.prefix, allocator.NewDecoder(f.prefix, allocator.Decoders{}))
+	decoders, err := fleetDecoders(ctx, client, f.prefix, f.fleet)
+	if err != nil {
+		return nil, err
+	}
+	ks := keyspace.New(f.prefix, allocator.NewDecoder(f.prefix, decoders))
 	if err := ks.Load(ctx, client, 0); err != nil {
 		return nil, fmt.Errorf("reading fleet %s from etcd %s: %w", f.prefix, f.etcd, err)
 	}
 	kvs, rev := ks.Snapshot()
 	return allocator.ScenarioOf(allocator.NewState(f.prefix, kvs, rev)), nil
+}
+
+// fleetDecoders are the decoders of the fleet under prefix, as kind
+// says: the brokers' (journal specs as items), a consumer application's
+// (shard specs), or a plain allocator fleet's (quire allocator member);
+// for "auto", as its values show: an item with a name is a journal, one
+// with an id a shard, and a fleet without items is the brokers' if its
+// members have endpoints. Keys of an owner's own under its prefix (cut
+// reports, recovery-log hints) are skipped.
+func fleetDecoders(ctx context.Context, client *clientv3.Client, prefix, kind string) (allocator.Decoders, error) {
+	if kind == "auto" {
+		var err error
+		if kind, err = fleetKind(ctx, client, prefix); err != nil {
+			return allocator.Decoders{}, err
+		}
+	}
+	var d allocator.Decoders
+	switch kind {
+	case "brokers":
+		d = broker.Decoders
+	case "consumers":
+		d = consumer.Decoders
+	}
+	d.SkipOthers = true
+	return d, nil
+}
+
+// fleetKind tells the kind of the fleet under prefix by its first item,
+// else its first member.
+func fleetKind(ctx context.Context, client *clientv3.Client, prefix string) (string, error) {
+	var probe struct {
+		Name, ID, Endpoint *string
+	}
+	for _, under := range []string{allocator.ItemsPrefix, allocator.MembersPrefix} {
+		resp, err := client.Get(ctx, prefix+under, clientv3.WithPrefix(), clientv3.WithLimit(1))
+		if err != nil {
+			return "", fmt.Errorf("reading fleet %s: %w", prefix, err)
+		}
+		if len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &probe) == nil {
+			break
+		}
+	}
+	switch {
+	case probe.ID != nil:
+		return "consumers", nil
+	case probe.Name != nil, probe.Endpoint != nil:
+		return "brokers", nil
+	}
+	return "plain", nil
 }
 
 func writePlan(w io.Writer, p *allocator.Plan, format string) error {
