@@ -1,51 +1,18 @@
 package allocator
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
+
+	"github.com/quire-dev/quire/internal/logtest"
 )
-
-// logLines is a JSON log that tests read back.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// records returns the records logged so far.
-func (l *logLines) records(t *testing.T) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
 
 // The leader logs each round that changes assignments at info, with its
 // counts, and nothing for rounds that change nothing.
 func TestRoundsThatChangeAssignmentsAreLogged(t *testing.T) {
 	f := newFleet(t)
-	var log logLines
-	f.logger = slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var log logtest.Log
+	f.logger = log.Logger(slog.LevelInfo)
 	f.join("z1", "m1", 10)
 	f.join("z2", "m2", 10)
 	f.items(3, 2)
@@ -53,7 +20,7 @@ func TestRoundsThatChangeAssignmentsAreLogged(t *testing.T) {
 	f.awaitIdle()
 
 	added := 0
-	for _, r := range log.records(t) {
+	for _, r := range log.Records(t, nil) {
 		if r["msg"] != "leader changed assignments" {
 			continue
 		}
@@ -68,10 +35,10 @@ func TestRoundsThatChangeAssignmentsAreLogged(t *testing.T) {
 
 	// A change that moves nothing: the leader plans a round, and says
 	// nothing.
-	before := len(log.records(t))
+	before := len(log.Records(t, nil))
 	f.item("item-000", 2)
 	f.awaitIdle()
-	if after := log.records(t); len(after) != before {
+	if after := log.Records(t, nil); len(after) != before {
 		t.Errorf("a round that changed nothing logged %v", after[before:])
 	}
 }

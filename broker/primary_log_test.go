@@ -1,41 +1,21 @@
 package broker
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/quire-dev/quire/internal/logtest"
 )
-
-// jsonLog is a JSON log, shared by brokers, that tests read back.
-type jsonLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *jsonLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
 
 // primaryChanges returns what broker logged at info of being journal's
 // primary, in order.
-func (l *jsonLog) primaryChanges(t *testing.T, broker, journal string) []string {
+func primaryChanges(t *testing.T, log *logtest.Log, broker, journal string) []string {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if msg, _ := r["msg"].(string); r["level"] == "INFO" && r["broker"] == broker && r["journal"] == journal &&
-			strings.HasSuffix(msg, "the journal's primary") {
-			out = append(out, msg)
+	for _, r := range log.Records(t, logtest.Record{"level": "INFO", "broker": broker, "journal": journal}) {
+		if strings.HasSuffix(r.Msg(), "the journal's primary") {
+			out = append(out, r.Msg())
 		}
 	}
 	return out
@@ -45,8 +25,8 @@ func (l *jsonLog) primaryChanges(t *testing.T, broker, journal string) []string 
 // takes over from one that died.
 func TestPrimaryChangesAreLogged(t *testing.T) {
 	c := newCluster(t)
-	var log jsonLog
-	logger := slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var log logtest.Log
+	logger := log.Logger(slog.LevelInfo)
 	withLog := func(cfg *Config) { cfg.Logger = logger }
 	b1 := c.startWith("b1", "", c.etcd, withLog)
 	b2 := c.startWith("b2", "", c.etcd, withLog)
@@ -59,12 +39,12 @@ func TestPrimaryChangesAreLogged(t *testing.T) {
 		primary, survivor = b2, b1
 	}
 	name := func(b *testBroker) string { return b.srv.cfg.Zone + "#" + b.srv.cfg.Suffix }
-	if got := log.primaryChanges(t, name(primary), journal); len(got) == 0 || got[len(got)-1] != "serving as the journal's primary" {
+	if got := primaryChanges(t, &log, name(primary), journal); len(got) == 0 || got[len(got)-1] != "serving as the journal's primary" {
 		t.Errorf("primary %s logged %q", primary.name, got)
 	}
 	c.stop(primary)
 	c.appendRetry(survivor, journal, []byte("after\n")) // Once the survivor serves as primary.
-	if got := log.primaryChanges(t, name(survivor), journal); len(got) == 0 || got[len(got)-1] != "serving as the journal's primary" {
+	if got := primaryChanges(t, &log, name(survivor), journal); len(got) == 0 || got[len(got)-1] != "serving as the journal's primary" {
 		t.Errorf("survivor %s logged %q after the primary died, want that it serves as primary", survivor.name, got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/consumertest"
 	"github.com/quire-dev/quire/internal/freeport"
+	"github.com/quire-dev/quire/internal/logtest"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -21,9 +22,9 @@ func TestProcessServesThroughTheNextBroker(t *testing.T) {
 	bc := brokertest.New(t)
 	b := bc.Start("b1")
 	dead := "127.0.0.1:" + strconv.Itoa(freeport.Port(t)) // Nothing listens there.
-	var log jsonLog
+	var log logtest.Log
 	journals, err := client.New(context.Background(), client.Config{Broker: dead + "," + b.Endpoint,
-		Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+		Logger: log.Logger(slog.LevelInfo)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,52 +1,22 @@
 package consumer_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/internal/logtest"
 	"github.com/quire-dev/quire/protocol"
 )
 
-// jsonLog is a JSON log, shared by a fleet's processes, that tests read
-// back.
-type jsonLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *jsonLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *jsonLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // messages returns the messages that process logged at info about shard,
 // in order.
-func (l *jsonLog) messages(t *testing.T, process, shard string) []string {
+func messages(t *testing.T, log *logtest.Log, process, shard string) []string {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if r["level"] == "INFO" && r["consumer"] == process && r["shard"] == shard {
-			out = append(out, r["msg"].(string))
-		}
+	for _, r := range log.Records(t, logtest.Record{"level": "INFO", "consumer": process, "shard": shard}) {
+		out = append(out, r.Msg())
 	}
 	return out
 }
@@ -55,8 +25,8 @@ func (l *jsonLog) messages(t *testing.T, process, shard string) []string {
 // shard and the process: an operator sees it without watching etcd.
 func TestReplicaTransitionsAreLogged(t *testing.T) {
 	c := newCluster(t, counter{})
-	var log jsonLog
-	logger := slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var log logtest.Log
+	logger := log.Logger(slog.LevelInfo)
 	c.fleet.Configure = func(cfg *consumer.Config) { cfg.Logger = logger }
 	c.fleet.Start("c1", "za")
 	c.fleet.Start("c2", "zb")
@@ -70,13 +40,13 @@ func TestReplicaTransitionsAreLogged(t *testing.T) {
 		t.Fatalf("%s is primary again after it was killed", old.Name)
 	}
 
-	oldLog := log.messages(t, old.Zone+"#"+old.Name, shard)
+	oldLog := messages(t, &log, old.Zone+"#"+old.Name, shard)
 	if !slices.Contains(oldLog, "shard primary serving") || oldLog[len(oldLog)-1] != "shard primary stopped" {
 		t.Errorf("the killed primary %s logged %q, want its serving and, last, its stop", old.Name, oldLog)
 	}
 	want := []string{"shard standby started", "recovery log played to its write head",
 		"shard standby ready: tailing the recovery log", "shard standby promoted to primary", "shard primary serving"}
-	if got := log.messages(t, standby.Zone+"#"+standby.Name, shard); !slices.Equal(got, want) {
+	if got := messages(t, &log, standby.Zone+"#"+standby.Name, shard); !slices.Equal(got, want) {
 		t.Errorf("the standby %s logged %q, want %q", standby.Name, got, want)
 	}
 }
