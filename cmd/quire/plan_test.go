@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,6 +63,16 @@ func TestBinaryExitCodes(t *testing.T) {
 	}
 	if stdout, _, code = runBinary(t); code != 0 || !strings.Contains(stdout, "allocator plan") {
 		t.Errorf("bare quire: exit %d, stdout %q; want 0 and the list of commands", code, stdout)
+	}
+	// An unknown command is bad input at every level, named, with a hint.
+	for _, args := range [][]string{{"bogus"}, {"journals", "lst"}, {"shards", "lsit"}, {"allocator", "plann"}, {"bench", "x"}} {
+		stdout, stderr, code := runBinary(t, args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, fmt.Sprintf("unknown command %q", args[len(args)-1])) {
+			t.Errorf("quire %v: exit %d, stdout %q, stderr %q; want 2, nothing, and the unknown command named", args, code, stdout, stderr)
+		}
+	}
+	if _, stderr, _ := runBinary(t, "journals", "lst"); !strings.Contains(stderr, `did you mean "list"`) {
+		t.Errorf("quire journals lst: stderr %q, want a hint of list", stderr)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -51,7 +52,33 @@ Commands available in this build:
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand(), newDevCommand(), newJournalsCommand(), newBrokerCommand(),
 		newBenchCommand(), newAllocatorCommand(), newShardsCommand(), newHealthCommand())
+	refuseUnknown(root)
 	return root
+}
+
+// refuseUnknown makes every command that only groups others (quire,
+// quire journals, …) refuse an unknown subcommand as bad input, exit 2,
+// naming it and what it may have meant; cobra would print the group's
+// help and exit 0 below the root, and exit 1 at it.
+func refuseUnknown(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknown(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.SuggestionsMinimumDistance = 2
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		hint := ""
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = fmt.Sprintf("; did you mean %q?", s[0])
+		}
+		return usagef("unknown command %q for %q%s (see %s --help)", args[0], cmd.CommandPath(), hint, cmd.CommandPath())
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 }
 
 func newVersionCommand() *cobra.Command {
