@@ -348,6 +348,11 @@ func runRead(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, f
 	if ctx.Err() != nil {
 		return nil // Interrupted: the normal end of a blocking read.
 	}
+	if head := r.WriteHead(); err == nil && !f.block && f.offset > head {
+		// Not an error: a reader resuming at its last offset finds nothing
+		// new. But an offset beyond every byte is worth a word.
+		fmt.Fprintf(stderr, "quire: journal %s: --offset %d is past the write head, %d: nothing to read\n", f.journal, f.offset, head)
+	}
 	return err
 }
 

@@ -273,6 +273,13 @@ func TestJournalsAppendRead(t *testing.T) {
 	if got := must(t, b, nil, "journals", "read", "-j", "data/bin", "--offset", "-1").stdout; got != "" {
 		t.Errorf("read at the write head: %q", got)
 	}
+	if r := must(t, b, nil, "journals", "read", "-j", "data/bin", "--offset", "999999"); r.stdout != "" ||
+		!strings.Contains(r.stderr, "--offset 999999 is past the write head, 200000") {
+		t.Errorf("read past the write head: stdout %q, stderr %q; want nothing, and a word on stderr", r.stdout, r.stderr)
+	}
+	if r := must(t, b, nil, "journals", "read", "-j", "data/bin", "--offset", "200000"); r.stderr != "" {
+		t.Errorf("read at the write head, from its offset: stderr %q, want nothing", r.stderr)
+	}
 
 	// Lines: a record each, in order.
 	lines := "first\n\x00second\n\nlast, with no newline"
