@@ -116,6 +116,11 @@ func (r *replica) appendLocked(ctx context.Context, stream protocol.Journal_Appe
 	if err != nil {
 		return nil, err
 	}
+	// The writer's check comes first: a retry of an append that committed
+	// finds the write head moved, which an offset condition would refuse.
+	if resp := r.checkWriter(first); resp != nil {
+		return resp, nil
+	}
 	if resp := r.checkAppend(first); resp != nil {
 		return resp, nil
 	}
@@ -268,6 +273,9 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 	}
 	// Subtract first, so that an append may replace a register's value.
 	registers := r.registers.Subtract(protocol.LabelsOf(first.SubtractRegisters)).Union(protocol.LabelsOf(first.UnionRegisters))
+	if first.Writer != "" {
+		registers = withWriter(registers, first.Writer, lastAppend{first.Sequence, begin, s.Pending()})
+	}
 	if err := r.commit(p, registers); err != nil {
 		return nil, err
 	}

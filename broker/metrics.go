@@ -9,6 +9,9 @@ var (
 	appendsCommitted = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_appends_total", Help: "Appends committed by this broker as primary.",
 	})
+	appendsDeduplicated = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_appends_deduplicated_total", Help: "Retried appends that their writer had committed already: answered with their committed range, appending nothing.",
+	})
 	appendErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_append_errors_total", Help: "Appends that failed at this broker as primary.",
 	})

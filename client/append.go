@@ -91,9 +91,14 @@ func protoLabels(s labels.Set) []*protocol.Label {
 // retry replays the content from its start, so Append retries only if it
 // can: content is an io.Seeker (seeked back to where it was when Append
 // was called), or it has been at most Config.MaxAppendBuffer bytes so far.
-// Otherwise the error wraps ErrNotReplayable. A broken stream after the
-// commit message was sent leaves it unknown whether the append committed;
-// the retry may then append the content twice.
+// Otherwise the error wraps ErrNotReplayable.
+//
+// Appends commit once: each carries the client's writer name and a
+// sequence number of its own, and a retry whose earlier attempt committed
+// (its stream broke after the commit message was sent) is answered with
+// that attempt's range, appending nothing. A journal remembers the last
+// append of its latest writers (see broker.MaxWriters): a retry after
+// that many other writers appended to the journal commits again.
 //
 // Errors wrap ErrJournalNotFound, ErrWrongAppendOffset,
 // ErrRegisterMismatch or ErrNotAllowed when the broker answers so; a nil
@@ -112,6 +117,9 @@ const maxRedirects = 3
 func (c *Client) append(ctx context.Context, req *AppendRequest, body content) (*protocol.Fragment, error) {
 	first := req.proto()
 	first.Header = c.router.header()
+	// Every attempt of this append carries the same identity: a retry
+	// after an attempt that committed is answered with its range.
+	first.Writer, first.Sequence = c.writer, c.sequence.Add(1)
 	avoid := make(map[string]bool)
 	bo := c.newBackoff()
 	redirects := 0
@@ -222,6 +230,12 @@ func (c *Client) appendOutcome(ctx context.Context, req *AppendRequest, t target
 	serr := &StatusError{Op: "append", Journal: req.Journal, Status: st, Header: resp.GetHeader(), Detail: req.detail()}
 	switch st {
 	case protocol.Status_OK:
+		if resp.GetAlreadyCommitted() {
+			// An earlier attempt committed: the broker answered with its
+			// range before this one's content was all sent.
+			appendsFoundCommitted.Inc()
+			return false, false, nil
+		}
 		return false, false, checkCommit(req.Journal, resp.GetCommit(), n)
 	case protocol.Status_NOT_PRIMARY:
 		if primary := primaryOf(resp.GetHeader()); primary != "" && primary != t.endpoint {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/base32"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,6 +103,10 @@ type Client struct {
 	// nextWarn is when, in Unix nanoseconds, the next warning of an
 	// unreachable broker may be logged.
 	nextWarn atomic.Int64
+	// writer names the client in its appends, and sequence numbers them:
+	// brokers recognize a retry of an append that committed by the two.
+	writer   string
+	sequence atomic.Uint64
 }
 
 // New returns a Client of the brokers reachable through cfg.Broker. It
@@ -119,7 +125,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg:    c,
 		router: newRouter(splitBrokers(c.Broker), c.Zone),
 		pool:   &pool{opts: opts, conns: make(map[string]*grpc.ClientConn)},
+		writer: newWriterName(),
 	}, nil
+}
+
+// newWriterName is a random writer name: 128 bits, in base 32, which no
+// other client picks.
+func newWriterName() string {
+	var b [16]byte
+	crand.Read(b[:]) // Never fails.
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 }
 
 func splitBrokers(list string) []string {

@@ -54,9 +54,13 @@
 // read, to replay); otherwise the error wraps ErrNotReplayable and the
 // append is not retried. An attempt that fails before the broker received
 // its commit message appends nothing. One whose stream breaks after that
-// may have committed, and its retry may append the content a second time:
-// appends are at least once. Conditional appends (AppendRequest.Offset,
-// CheckRegisters) or messages with UUIDs make duplicates harmless.
+// may have committed; its retry carries the same writer name (the
+// Client's) and sequence number, and the broker answers it with the
+// committed range, appending nothing. Brokers hold that for the latest 16
+// writers of each journal, and for the greatest sequence number a writer
+// committed: a writer's appends to one journal made one at a time commit
+// once; concurrent ones are ordered by offset (AppendRequest.Offset) to be
+// sure. Messages with UUIDs are exactly once regardless.
 //
 // A Reader whose stream breaks opens another at the offset after the last
 // byte it received, on another replica if the broker is unreachable, so it

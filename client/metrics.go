@@ -15,6 +15,10 @@ var (
 		Name: "quire_client_append_bytes_total",
 		Help: "Bytes of content committed by appends.",
 	})
+	appendsFoundCommitted = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_client_appends_found_committed_total",
+		Help: "Retried appends that brokers answered as committed by an earlier attempt, which appended nothing again.",
+	})
 	appendRetries = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "quire_client_append_retries_total",
 		Help: "Append attempts retried, by the status or gRPC code of the failed attempt.",

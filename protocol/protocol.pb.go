@@ -685,7 +685,16 @@ type AppendRequest struct {
 	SubtractRegisters []*Label `protobuf:"bytes,7,rep,name=subtract_registers,json=subtractRegisters,proto3" json:"subtract_registers,omitempty"`
 	Content           []byte   `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
 	// Commit the append once this message's content is appended.
-	Commit        bool `protobuf:"varint,9,opt,name=commit,proto3" json:"commit,omitempty"`
+	Commit bool `protobuf:"varint,9,opt,name=commit,proto3" json:"commit,omitempty"`
+	// The append's identity, so that a retry of an append that committed is
+	// answered with its committed range instead of committing again: the
+	// writer (a client's name for itself: 1 to 64 letters, digits, '-' and
+	// '_'), and the append's sequence number, above 0 and increasing with
+	// each of the writer's appends. The journal's registers hold the
+	// greatest sequence number each of its latest writers committed, and
+	// that append's range (see docs/journals.md).
+	Writer        string `protobuf:"bytes,10,opt,name=writer,proto3" json:"writer,omitempty"`
+	Sequence      uint64 `protobuf:"varint,11,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -783,6 +792,20 @@ func (x *AppendRequest) GetCommit() bool {
 	return false
 }
 
+func (x *AppendRequest) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
+}
+
+func (x *AppendRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 type AppendResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
@@ -790,9 +813,12 @@ type AppendResponse struct {
 	// The committed range of the append: [commit.begin, commit.end).
 	Commit *Fragment `protobuf:"bytes,3,opt,name=commit,proto3" json:"commit,omitempty"`
 	// The journal's registers after the append.
-	Registers     []*Label `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Registers []*Label `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
+	// The append (its writer and sequence) had committed already, at
+	// commit: this attempt appended nothing.
+	AlreadyCommitted bool `protobuf:"varint,5,opt,name=already_committed,json=alreadyCommitted,proto3" json:"already_committed,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AppendResponse) Reset() {
@@ -851,6 +877,13 @@ func (x *AppendResponse) GetRegisters() []*Label {
 		return x.Registers
 	}
 	return nil
+}
+
+func (x *AppendResponse) GetAlreadyCommitted() bool {
+	if x != nil {
+		return x.AlreadyCommitted
+	}
+	return false
 }
 
 // ReplicateRequest flows from a journal's primary to each other replica on
@@ -1936,7 +1969,7 @@ const file_protocol_proto_rawDesc = "" +
 	"\x03sum\x18\x04 \x01(\fR\x03sum\x12+\n" +
 	"\x05codec\x18\x05 \x01(\x0e2\x15.quire.protocol.CodecR\x05codec\x12\x14\n" +
 	"\x05store\x18\x06 \x01(\tR\x05store\x12\x19\n" +
-	"\bmod_time\x18\a \x01(\x03R\amodTime\"\x84\x03\n" +
+	"\bmod_time\x18\a \x01(\x03R\amodTime\"\xb8\x03\n" +
 	"\rAppendRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x12 \n" +
@@ -1947,13 +1980,17 @@ const file_protocol_proto_rawDesc = "" +
 	"\x0funion_registers\x18\x06 \x03(\v2\x15.quire.protocol.LabelR\x0eunionRegisters\x12D\n" +
 	"\x12subtract_registers\x18\a \x03(\v2\x15.quire.protocol.LabelR\x11subtractRegisters\x12\x18\n" +
 	"\acontent\x18\b \x01(\fR\acontent\x12\x16\n" +
-	"\x06commit\x18\t \x01(\bR\x06commitB\t\n" +
-	"\a_offset\"\xd7\x01\n" +
+	"\x06commit\x18\t \x01(\bR\x06commit\x12\x16\n" +
+	"\x06writer\x18\n" +
+	" \x01(\tR\x06writer\x12\x1a\n" +
+	"\bsequence\x18\v \x01(\x04R\bsequenceB\t\n" +
+	"\a_offset\"\x84\x02\n" +
 	"\x0eAppendResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x120\n" +
 	"\x06commit\x18\x03 \x01(\v2\x18.quire.protocol.FragmentR\x06commit\x123\n" +
-	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\"\xa8\x02\n" +
+	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12+\n" +
+	"\x11already_committed\x18\x05 \x01(\bR\x10alreadyCommitted\"\xa8\x02\n" +
 	"\x10ReplicateRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x124\n" +

@@ -202,6 +202,31 @@ func (r *AppendRequest) Validate() error {
 	if err := ValidateLabels("subtractRegisters", r.SubtractRegisters); err != nil {
 		return err
 	}
+	return validateWriter(r.Writer, r.Sequence)
+}
+
+// MaxWriterLen is the longest writer name of an append.
+const MaxWriterLen = 64
+
+// validateWriter checks an append's identity: none, or a writer name of
+// letters, digits, '-' and '_', and a sequence number above 0.
+func validateWriter(writer string, seq uint64) error {
+	switch {
+	case writer == "" && seq == 0:
+		return nil
+	case writer == "":
+		return fmt.Errorf("sequence: %d given without a writer", seq)
+	case len(writer) > MaxWriterLen:
+		return fmt.Errorf("writer: %d bytes, longer than %d", len(writer), MaxWriterLen)
+	case seq == 0:
+		return fmt.Errorf("sequence: 0 for writer %q: want 1 or more", writer)
+	}
+	for i := 0; i < len(writer); i++ {
+		c := writer[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("writer: %q has %q at byte %d: want letters, digits, '-' and '_'", writer, c, i)
+		}
+	}
 	return nil
 }
 
@@ -218,7 +243,7 @@ func (r *AppendRequest) ValidateContent() error {
 	case r.Journal != "":
 		return fmt.Errorf("journal: %q set after the first message", r.Journal)
 	case r.DoNotProxy || r.Offset != nil || r.CheckRegisters != "" ||
-		len(r.UnionRegisters) != 0 || len(r.SubtractRegisters) != 0:
+		len(r.UnionRegisters) != 0 || len(r.SubtractRegisters) != 0 || r.Writer != "" || r.Sequence != 0:
 		return fmt.Errorf("request: fields other than content and commit set after the first message")
 	}
 	return nil

@@ -137,6 +137,11 @@ func TestAppendRequestValidate(t *testing.T) {
 			r.SubtractRegisters = []*Label{{Name: "b", Value: "1"}, {Name: "a", Value: "1"}}
 		}, `subtractRegisters[1]: "a=1" is out of order`},
 		{"content and commit", func(r *AppendRequest) { r.Content, r.Commit = []byte("x"), true }, ""},
+		{"writer", func(r *AppendRequest) { r.Writer, r.Sequence = "w-1_A", 7 }, ""},
+		{"writer without sequence", func(r *AppendRequest) { r.Writer = "w" }, `sequence: 0 for writer "w"`},
+		{"sequence without writer", func(r *AppendRequest) { r.Sequence = 3 }, "sequence: 3 given without a writer"},
+		{"writer's characters", func(r *AppendRequest) { r.Writer, r.Sequence = "a/b", 1 }, `writer: "a/b" has '/' at byte 1`},
+		{"writer's length", func(r *AppendRequest) { r.Writer, r.Sequence = strings.Repeat("w", 65), 1 }, "writer: 65 bytes, longer than 64"},
 	} {
 		r := &AppendRequest{
 			Header:            &Header{ProcessId: &ProcessID{Zone: "a", Suffix: "1"}, Route: validRoute()},
@@ -157,6 +162,7 @@ func TestAppendRequestValidate(t *testing.T) {
 	checkErr(t, "chunk with journal", (&AppendRequest{Journal: "j"}).ValidateContent(), `journal: "j" set after the first message`)
 	checkErr(t, "chunk with header", (&AppendRequest{Header: &Header{}}).ValidateContent(), "header: set after")
 	checkErr(t, "chunk with offset", (&AppendRequest{Offset: off(1)}).ValidateContent(), "fields other than content and commit")
+	checkErr(t, "chunk with writer", (&AppendRequest{Writer: "w", Sequence: 2}).ValidateContent(), "fields other than content and commit")
 }
 
 func TestReadRequestValidate(t *testing.T) {
