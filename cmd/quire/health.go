@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -24,11 +23,12 @@ which have no shell or curl: HEALTHCHECK CMD ["/quire", "health"].
 
 URL is http://HOST:PORT/PATH, or HOST:PORT for http://HOST:PORT/readyz;
 without it, the server's own $QUIRE_ADMIN is asked (an address it binds
-on every interface, such as 0.0.0.0:7704, is asked on this host). Ask
-/healthz for liveness instead. The endpoint's answer is printed.`,
+on every interface, such as 0.0.0.0:7704, is asked on this host), else
+quire dev's 127.0.0.1:7704. Ask /healthz for liveness instead. The
+endpoint's answer is printed.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			target := os.Getenv("QUIRE_ADMIN")
+			target := envOr("QUIRE_ADMIN", devAdminAddr)
 			if len(args) == 1 {
 				target = args[0]
 			}
@@ -47,7 +47,7 @@ on every interface, such as 0.0.0.0:7704, is asked on this host). Ask
 // for its /readyz.
 func healthURL(target string) (*url.URL, error) {
 	if target == "" {
-		return nil, fmt.Errorf("no URL given, and $QUIRE_ADMIN is empty")
+		return nil, fmt.Errorf("the URL is empty")
 	}
 	if !strings.Contains(target, "://") {
 		if err := validateHostPort("URL", target); err != nil {
