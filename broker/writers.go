@@ -12,13 +12,12 @@ import (
 // An append that names its writer and sequence number is idempotent: the
 // journal's registers hold, for each of its latest writers, the sequence
 // number and committed range of the writer's last append, as register
-// WriterRegisterPrefix+WRITER = "SEQ@BEGIN-END". Registers commit with the
+// protocol.WriterRegisterPrefix+WRITER = "SEQ@BEGIN-END". Registers commit with the
 // append that changes them, are replicated with it, and come back with a
 // recovered spool or from a peer, so every replica that may become the
 // primary knows what was committed, and a retry that reaches any of them
 // after its first attempt committed is answered with that attempt's range.
 const (
-	WriterRegisterPrefix = "quire.writer/"
 	// MaxWriters bounds the writers whose last append a journal keeps:
 	// those of its latest appends. A retry whose writer has since been
 	// pushed out by as many others commits again, as without identity.
@@ -62,7 +61,7 @@ func lastAppendOf(registers labels.Set, writer string) (lastAppend, bool) {
 	if writer == "" {
 		return lastAppend{}, false
 	}
-	v, ok := registers.Value(WriterRegisterPrefix + writer)
+	v, ok := registers.Value(protocol.WriterRegisterPrefix + writer)
 	if !ok {
 		return lastAppend{}, false
 	}
@@ -76,7 +75,7 @@ func withWriter(registers labels.Set, writer string, a lastAppend) labels.Set {
 	if last, ok := lastAppendOf(registers, writer); ok && last.seq > a.seq {
 		return registers
 	}
-	name := WriterRegisterPrefix + writer
+	name := protocol.WriterRegisterPrefix + writer
 	registers = registers.Subtract(labels.Set{{Name: name}}).Union(labels.Set{{Name: name, Value: a.value()}})
 	type entry struct {
 		name string
@@ -84,7 +83,7 @@ func withWriter(registers labels.Set, writer string, a lastAppend) labels.Set {
 	}
 	var writers []entry
 	for _, l := range registers {
-		if strings.HasPrefix(l.Name, WriterRegisterPrefix) {
+		if strings.HasPrefix(l.Name, protocol.WriterRegisterPrefix) {
 			w, _ := parseLastAppend(l.Value) // One that does not parse goes first.
 			writers = append(writers, entry{l.Name, w.end})
 		}

@@ -35,7 +35,7 @@ func TestWithWriterKeepsTheLatestWriters(t *testing.T) {
 		t.Errorf("%d writers kept, want %d: %v", n, MaxWriters, regs)
 	}
 	for w, want := range map[string]string{"w00": "", "w02": "", "w03": "", "w04": "1@40-50", "w05": "2@500-510", "w18": "1@180-190", "w19": "1@510-520"} {
-		if got, _ := regs.Value(WriterRegisterPrefix + w); got != want {
+		if got, _ := regs.Value(protocol.WriterRegisterPrefix + w); got != want {
 			t.Errorf("writer %s: %q, want %q", w, got, want)
 		}
 	}

@@ -202,7 +202,27 @@ func (r *AppendRequest) Validate() error {
 	if err := ValidateLabels("subtractRegisters", r.SubtractRegisters); err != nil {
 		return err
 	}
+	if err := checkNotWriterRegisters("unionRegisters", r.UnionRegisters); err != nil {
+		return err
+	}
+	if err := checkNotWriterRegisters("subtractRegisters", r.SubtractRegisters); err != nil {
+		return err
+	}
 	return validateWriter(r.Writer, r.Sequence)
+}
+
+// WriterRegisterPrefix begins the names of the registers in which brokers
+// keep writers' last appends (see AppendRequest.writer): appends may not
+// set or remove them, or a retry could commit twice.
+const WriterRegisterPrefix = "quire.writer/"
+
+func checkNotWriterRegisters(field string, ls []*Label) error {
+	for i, l := range ls {
+		if strings.HasPrefix(l.Name, WriterRegisterPrefix) {
+			return fmt.Errorf("%s[%d]: %q: registers named %s… are the brokers' own", field, i, l.Name, WriterRegisterPrefix)
+		}
+	}
+	return nil
 }
 
 // MaxWriterLen is the longest writer name of an append.

@@ -141,6 +141,7 @@ func TestAppendRequestValidate(t *testing.T) {
 		{"writer without sequence", func(r *AppendRequest) { r.Writer = "w" }, `sequence: 0 for writer "w"`},
 		{"sequence without writer", func(r *AppendRequest) { r.Sequence = 3 }, "sequence: 3 given without a writer"},
 		{"writer's characters", func(r *AppendRequest) { r.Writer, r.Sequence = "a/b", 1 }, `writer: "a/b" has '/' at byte 1`},
+		{"writer register", func(r *AppendRequest) { r.UnionRegisters[0].Name = "quire.writer/x" }, `unionRegisters[0]: "quire.writer/x": registers named quire.writer/… are the brokers' own`},
 		{"writer's length", func(r *AppendRequest) { r.Writer, r.Sequence = strings.Repeat("w", 65), 1 }, "writer: 65 bytes, longer than 64"},
 	} {
 		r := &AppendRequest{
