@@ -70,9 +70,14 @@ type KeySpace struct {
 	changed   chan struct{}
 	observers []observer
 	nextID    uint64
-	// watcher is the client that Watch runs on (nil before Watch):
-	// WaitForRevision asks its watch for progress.
-	watcher *clientv3.Client
+	// watcher is the client that Watch runs on, and watchCtx the context
+	// of its current watch (nil between watches): WaitForRevision asks
+	// that watch for progress. A request carries the watch's context, not
+	// the waiter's: where the watch's stream is gone, etcd's client makes
+	// a new one for the request's context, and one that ends with a
+	// waiter's request would close the next watch made on it.
+	watcher  *clientv3.Client
+	watchCtx context.Context
 	// askedAt is when progress was last requested and not yet notified
 	// (zero if none is outstanding). One request at a time: every request
 	// of a synced watch is answered, and answers queued behind a slow
@@ -154,14 +159,14 @@ func (ks *KeySpace) WaitForRevision(ctx context.Context, rev int64) error {
 		if cur >= rev {
 			return nil
 		}
-		ks.askProgress(ctx)
+		ks.askProgress()
 		if retry == nil {
 			retry = time.NewTicker(progressRetry / 4)
 		}
 		select {
 		case <-ch:
 		case <-retry.C:
-			ks.askProgress(ctx)
+			ks.askProgress()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -176,18 +181,17 @@ const progressRetry = time.Second
 // askProgress requests a progress notification on the watch, unless one
 // is outstanding (asked less than progressRetry ago, and not answered).
 // Best effort: a failed request is made again after progressRetry.
-func (ks *KeySpace) askProgress(ctx context.Context) {
+func (ks *KeySpace) askProgress() {
 	ks.mu.Lock()
-	c := ks.watcher
-	if c == nil || (!ks.askedAt.IsZero() && time.Since(ks.askedAt) < progressRetry) {
+	c, ctx := ks.watcher, ks.watchCtx
+	if c == nil || ctx == nil || (!ks.askedAt.IsZero() && time.Since(ks.askedAt) < progressRetry) {
 		ks.mu.Unlock()
 		return
 	}
 	ks.askedAt = time.Now()
 	ks.mu.Unlock()
 	progressRequests.Inc()
-	// The watch's stream is the one of contexts that require a leader.
-	_ = c.RequestProgress(clientv3.WithRequireLeader(ctx))
+	_ = c.RequestProgress(ctx)
 }
 
 // progressNotified marks the outstanding progress request answered.
@@ -392,6 +396,14 @@ func (ks *KeySpace) watchStep(ctx context.Context, client *clientv3.Client, bo *
 func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *backoff) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	ks.mu.Lock()
+	ks.watchCtx = wctx
+	ks.mu.Unlock()
+	defer func() {
+		ks.mu.Lock()
+		ks.watchCtx = nil
+		ks.mu.Unlock()
+	}()
 	wch := client.Watch(wctx, ks.Root, clientv3.WithPrefix(),
 		clientv3.WithRev(ks.Revision()+1), clientv3.WithProgressNotify())
 	for resp := range wch {
@@ -416,7 +428,7 @@ func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *
 		if resp.Err() == nil && ks.apply(batch) {
 			// Ask for a progress notification, which lets the revision catch up
 			// with etcd's once the watch has caught up. Best effort.
-			ks.askProgress(wctx)
+			ks.askProgress()
 		}
 		if err != nil {
 			return err
