@@ -46,6 +46,15 @@ import (
 // rejoins, is cut again, and the broker that cannot reach it is chosen
 // the second time, and waits to reach it before it rejoins.
 //
+// A report alone can choose wrongly: of a broker that nobody reaches, the
+// first report in makes a pair with it, and the reporter goes if its name
+// is the greater. So brokers also report the peers they have not reached
+// for half their timeout (suspected), and a broker resigns only if the
+// reports choose it both as they are and as they would be were every
+// suspicion a cut (chosen): the reports still to come are announced before
+// the choice is made. A suspicion ends, within half a timeout, as a cut
+// or as a peer reached again, so it delays a choice but never blocks it.
+//
 // With fewer than three brokers announced there is no telling which side
 // of a cut is at fault, and nobody resigns.
 
@@ -66,6 +75,10 @@ type CutReport struct {
 	// Unreached names the peers (ZONE#SUFFIX) the broker has not reached
 	// for its isolation timeout, sorted.
 	Unreached []string `json:"unreached"`
+	// Suspected names the peers (ZONE#SUFFIX) the broker has not reached
+	// for half its isolation timeout, but not yet the whole, sorted: the
+	// cuts it may report next.
+	Suspected []string `json:"suspected,omitempty"`
 	// IsolationTimeoutMs is the reporting broker's isolation timeout, in
 	// milliseconds; zero if unknown (a broker from before it).
 	IsolationTimeoutMs int64 `json:"isolationTimeoutMs,omitempty"`
@@ -172,6 +185,20 @@ func resigners(members []string, cuts []cut, resigned []resignation) []string {
 	return out
 }
 
+// chosenToResign tells whether the reports choose name to resign, as they are and
+// as they would be were every suspicion a cut (see above).
+func chosenToResign(name string, members []string, cuts []cut, resigned []resignation) bool {
+	if !slices.Contains(resigners(members, cuts, resigned), name) {
+		return false
+	}
+	projected := make([]cut, len(cuts))
+	for i, c := range cuts {
+		projected[i] = c
+		projected[i].Unreached = append(slices.Clone(c.Unreached), c.Suspected...)
+	}
+	return slices.Contains(resigners(members, projected, resigned), name)
+}
+
 // cutsOf returns the cut reports and the resignations of kvs, the
 // brokers' keyspace.
 func (s *Server) cutsOf(kvs keyspace.KeyValues) ([]cut, []resignation) {
@@ -204,9 +231,9 @@ func cutGrace(own time.Duration, cuts []cut, members []string) time.Duration {
 	return most - least + most/2
 }
 
-// reportCuts writes the broker's cut report, unreached (possibly none),
-// under its member lease, so that it goes with the member.
-func (s *Server) reportCuts(ctx context.Context, state *allocator.State, unreached []string) error {
+// reportCuts writes the broker's cut report (its unreached peers possibly
+// none) under its member lease, so that it goes with the member.
+func (s *Server) reportCuts(ctx context.Context, state *allocator.State, report CutReport) error {
 	key := s.cfg.Root + CutsPrefix + s.name()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -214,7 +241,8 @@ func (s *Server) reportCuts(ctx context.Context, state *allocator.State, unreach
 	if i < 0 {
 		return fmt.Errorf("the broker's member key is not announced (yet)")
 	}
-	value, err := json.Marshal(CutReport{Unreached: unreached, IsolationTimeoutMs: s.cfg.isolationTimeout().Milliseconds()})
+	report.IsolationTimeoutMs = s.cfg.isolationTimeout().Milliseconds()
+	value, err := json.Marshal(report)
 	if err != nil {
 		return err
 	}

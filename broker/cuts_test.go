@@ -106,6 +106,32 @@ func TestResignersOneWayCut(t *testing.T) {
 	}
 }
 
+// A broker that nobody reaches: the first report of it in makes a pair
+// whose greater name is the reporter's. The reporter is not chosen while
+// the others suspect the same broker, their reports still to come.
+func TestChosenToResignWaitsForSuspicions(t *testing.T) {
+	members := []string{"b1", "b2", "b3"}
+	first := []cut{report("b2", "b1"), {"b3", CutReport{Suspected: []string{"b1"}}}}
+	if got := resigners(members, first[:1], nil); !slices.Equal(got, []string{"b2"}) {
+		t.Fatalf("the first report alone chooses %v, want [b2] (the case this guards)", got)
+	}
+	if chosenToResign("b2", members, first, nil) {
+		t.Errorf("b2 chosen by its own report of b1, while b3 suspects b1 too")
+	}
+	if chosenToResign("b1", members, first, nil) {
+		t.Errorf("b1 chosen before the suspicion is a cut")
+	}
+	both := []cut{report("b2", "b1"), report("b3", "b1")}
+	if !chosenToResign("b1", members, both, nil) || chosenToResign("b2", members, both, nil) {
+		t.Errorf("with both reports in, want b1 chosen alone")
+	}
+	// A suspicion of someone else does not hold a rightful choice back.
+	other := []cut{report("b1", "b3"), {"b2", CutReport{Suspected: []string{"b3"}}}}
+	if !chosenToResign("b3", members, other, nil) {
+		t.Errorf("b3, cut from b1 and suspected by b2, not chosen")
+	}
+}
+
 func TestCutGrace(t *testing.T) {
 	members := []string{"a", "b", "c"}
 	withTimeout := func(reporter string, d time.Duration) cut {
@@ -138,16 +164,19 @@ func TestPeerWatch(t *testing.T) {
 	w := peerWatch{last: t0, since: map[string]time.Time{}}
 	w.observe(map[string]bool{"a": true, "b": false, "c": true}, t0)
 	w.observe(map[string]bool{"a": true, "b": false, "c": false}, t0.Add(3*time.Second))
-	if got := w.unreached(t0.Add(4*time.Second), 4*time.Second); !slices.Equal(got, []string{"b"}) {
-		t.Errorf("unreached after 4s = %v, want [b] (c failed only 1s ago)", got)
+	if got := w.report(t0.Add(4*time.Second), 4*time.Second); !slices.Equal(got.Unreached, []string{"b"}) || len(got.Suspected) != 0 {
+		t.Errorf("report after 4s = %+v, want b unreached, none suspected (c failed only 1s ago)", got)
+	}
+	if got := w.report(t0.Add(5*time.Second), 4*time.Second); !slices.Equal(got.Unreached, []string{"b"}) || !slices.Equal(got.Suspected, []string{"c"}) {
+		t.Errorf("report after 5s = %+v, want b unreached, c suspected (failing for half the timeout)", got)
 	}
 	w.observe(map[string]bool{"a": true, "b": true, "c": false}, t0.Add(8*time.Second))
-	if got := w.unreached(t0.Add(8*time.Second), 4*time.Second); !slices.Equal(got, []string{"c"}) {
-		t.Errorf("unreached after 8s = %v, want [c] (b was reached again)", got)
+	if got := w.report(t0.Add(8*time.Second), 4*time.Second); !slices.Equal(got.Unreached, []string{"c"}) || len(got.Suspected) != 0 {
+		t.Errorf("report after 8s = %+v, want c unreached (b was reached again)", got)
 	}
 	w.observe(map[string]bool{"a": true, "b": true}, t0.Add(9*time.Second))
-	if got := w.unreached(t0.Add(20*time.Second), 4*time.Second); len(got) != 0 {
-		t.Errorf("unreached = %v once c is no longer a peer, want none", got)
+	if got := w.report(t0.Add(20*time.Second), 4*time.Second); len(got.Unreached)+len(got.Suspected) != 0 {
+		t.Errorf("report = %+v once c is no longer a peer, want none", got)
 	}
 	if !w.last.Equal(t0.Add(9 * time.Second)) {
 		t.Errorf("last reached a peer at %v, want the last round", w.last.Sub(t0))

@@ -67,7 +67,7 @@ type peerWatch struct {
 	// reported is the broker's cut report as last written, if written:
 	// the first round writes it (removing any that a run before this
 	// one left, under a lease not yet expired).
-	reported []string
+	reported CutReport
 	written  bool
 	// choice is when the cut reports began to choose this broker to
 	// resign, and chose it at every round since; zero if they do not.
@@ -111,16 +111,21 @@ func (w *peerWatch) observe(reached map[string]bool, now time.Time) {
 	}
 }
 
-// unreached returns the peers not reached for timeout at now, sorted.
-func (w *peerWatch) unreached(now time.Time, timeout time.Duration) []string {
-	var out []string
+// report returns the cut report of the peers not reached for timeout at
+// now (unreached), and of those not reached for half of it (suspected).
+func (w *peerWatch) report(now time.Time, timeout time.Duration) CutReport {
+	var r CutReport
 	for name, since := range w.since {
-		if now.Sub(since) >= timeout {
-			out = append(out, name)
+		switch failing := now.Sub(since); {
+		case failing >= timeout:
+			r.Unreached = append(r.Unreached, name)
+		case failing >= timeout/2:
+			r.Suspected = append(r.Suspected, name)
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(r.Unreached)
+	slices.Sort(r.Suspected)
+	return r
 }
 
 // watchPeers checks the broker's peers every interval, reports those it
@@ -170,22 +175,28 @@ func (s *Server) watchRound(ctx context.Context, w *peerWatch, interval time.Dur
 	s.checked(reached)
 	alone := now.Sub(w.last)
 	peersUnreached.Set(alone.Seconds())
+	report := w.report(now, timeout)
 	if alone >= timeout {
+		// Reported first, so that the peers' reports of it, which may be
+		// in before it is gone from etcd, do not choose one of them.
+		if err := s.reportCuts(ctx, state, report); err != nil {
+			s.log.Warn("reporting the peers it cannot reach failed; resigning all the same", "unreached", report.Unreached, "err", err)
+		}
 		return fmt.Errorf("%w: reached etcd, but none of its %d peers for %s (--isolation-timeout %s)",
 			ErrIsolated, len(peers), alone.Round(time.Second), timeout)
 	}
-	unreached := w.unreached(now, timeout)
+	unreached := report.Unreached
 	peersCut.Set(float64(len(unreached)))
-	if !w.written || !slices.Equal(unreached, w.reported) {
-		if err := s.reportCuts(ctx, state, unreached); err != nil {
-			s.log.Warn("reporting the peers it cannot reach failed; retrying", "unreached", unreached, "err", err)
+	if !w.written || !slices.Equal(unreached, w.reported.Unreached) || !slices.Equal(report.Suspected, w.reported.Suspected) {
+		if err := s.reportCuts(ctx, state, report); err != nil {
+			s.log.Warn("reporting the peers it cannot reach failed; retrying", "unreached", unreached, "suspected", report.Suspected, "err", err)
 		} else {
-			w.reported, w.written = unreached, true
+			w.reported, w.written = report, true
 		}
 	}
 	cuts, resigned := s.cutsOf(kvs)
 	members := memberNames(state)
-	if !w.chosen(slices.Contains(resigners(members, cuts, resigned), s.name()), now, cutGrace(timeout, cuts, members)) {
+	if !w.chosen(chosenToResign(s.name(), members, cuts, resigned), now, cutGrace(timeout, cuts, members)) {
 		return nil
 	}
 	cutFrom := unreachedBy(s.name(), cuts)
