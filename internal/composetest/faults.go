@@ -1,0 +1,149 @@
+package composetest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// ID is the container of service, or "" if it has none.
+func (c *Cluster) ID(service string) string {
+	return strings.TrimSpace(c.ComposeOut("ps", "-q", service))
+}
+
+// Pid is the host's process ID of service's container's first process.
+func (c *Cluster) Pid(service string) (int, error) {
+	id := c.ID(service)
+	if id == "" {
+		return 0, fmt.Errorf("%s has no container", service)
+	}
+	out, err := exec.Command("docker", "inspect", "-f", "{{.State.Pid}}", id).Output()
+	if err != nil {
+		return 0, fmt.Errorf("inspecting %s: %w", service, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid == 0 {
+		return 0, fmt.Errorf("%s is not running (pid %q)", service, strings.TrimSpace(string(out)))
+	}
+	return pid, nil
+}
+
+// InNetns runs the host's command name in service's network namespace:
+// packet filters and queueing disciplines made there are the
+// container's, and go with it.
+func (c *Cluster) InNetns(service, name string, args ...string) error {
+	pid, err := c.Pid(service)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", name}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s in %s's network: %w: %s", name, strings.Join(args, " "), service, err, out)
+	}
+	return nil
+}
+
+// Cut drops every packet between service and each of peers (services),
+// both ways, until Heal.
+func (c *Cluster) Cut(service string, peers ...string) error {
+	for _, p := range peers {
+		ip := c.IP(p)
+		if err := c.iptables(service, "-A", "INPUT", "-s", ip, "-j", "DROP"); err != nil {
+			return err
+		}
+		if err := c.iptables(service, "-A", "OUTPUT", "-d", ip, "-j", "DROP"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CutOneWay stops service from using the connections it opens to each of
+// peers, until Heal, while the connections they open to it work: its
+// packets on its own connections to them, and their answers, are dropped.
+func (c *Cluster) CutOneWay(service string, peers ...string) error {
+	for _, p := range peers {
+		ip := c.IP(p)
+		if err := c.iptables(service, "-A", "OUTPUT", "-d", ip, "-m", "conntrack", "--ctdir", "ORIGINAL", "-j", "DROP"); err != nil {
+			return err
+		}
+		if err := c.iptables(service, "-A", "INPUT", "-s", ip, "-m", "conntrack", "--ctdir", "REPLY", "-j", "DROP"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Heal removes every cut of service.
+func (c *Cluster) Heal(service string) error {
+	return errors.Join(c.iptables(service, "-F", "INPUT"), c.iptables(service, "-F", "OUTPUT"))
+}
+
+func (c *Cluster) iptables(service string, args ...string) error {
+	return c.InNetns(service, "iptables", append([]string{"-w"}, args...)...)
+}
+
+// Degrade puts netem on service's link, with its arguments (say, "delay
+// 50ms 20ms loss 5%"), until Restore.
+func (c *Cluster) Degrade(service string, netem ...string) error {
+	return c.InNetns(service, "tc", append([]string{"qdisc", "replace", "dev", "eth0", "root", "netem"}, netem...)...)
+}
+
+// Restore removes netem from service's link.
+func (c *Cluster) Restore(service string) error {
+	return c.InNetns(service, "tc", "qdisc", "del", "dev", "eth0", "root")
+}
+
+// Pause freezes every process of service (docker pause), until Unpause.
+func (c *Cluster) Pause(service string) error { return c.docker("pause", service) }
+
+// Unpause thaws service.
+func (c *Cluster) Unpause(service string) error { return c.docker("unpause", service) }
+
+func (c *Cluster) docker(verb, service string) error {
+	id := c.ID(service)
+	if id == "" {
+		return fmt.Errorf("%s has no container", service)
+	}
+	if out, err := exec.Command("docker", verb, id).CombinedOutput(); err != nil {
+		return fmt.Errorf("docker %s %s: %w: %s", verb, service, err, out)
+	}
+	return nil
+}
+
+// Fill writes a file at path in service's container until its file
+// system is full, and returns the file's path on the host, for Unfill.
+func (c *Cluster) Fill(service, path string) (string, error) {
+	pid, err := c.Pid(service)
+	if err != nil {
+		return "", err
+	}
+	host := filepath.Join("/proc", strconv.Itoa(pid), "root", path)
+	f, err := os.Create(host)
+	if err != nil {
+		return "", fmt.Errorf("filling %s's %s: %w", service, path, err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return host, nil
+			}
+			return host, fmt.Errorf("filling %s's %s: %w", service, path, err)
+		}
+	}
+}
+
+// Unfill removes a file that Fill wrote.
+func Unfill(host string) error {
+	if err := os.Remove(host); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", host, err)
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package soak
+
+import (
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/quire-dev/quire/examples/wordcount/wordcount"
+	"github.com/quire-dev/quire/internal/composetest"
+)
+
+// The cluster's leases, as the soak runs it, and the brokers' isolation
+// timeout (their default: three broker leases).
+const (
+	brokerLease      = 4 * time.Second
+	consumerLease    = 4 * time.Second
+	isolationTimeout = 3 * brokerLease
+)
+
+// A fault is one kind of trouble the soak makes. inject makes it, on
+// targets it picks with rnd, and returns how to heal it, and what it hit.
+type fault struct {
+	name   string
+	inject func(s *soak, rnd *rand.Rand) (heal func() error, target string, err error)
+}
+
+// hold sleeps for a duration between least and most, picked with rnd:
+// how long a fault lasts.
+func hold(rnd *rand.Rand, least, most time.Duration) {
+	time.Sleep(least + time.Duration(rnd.Int64N(int64(most-least)+1))) // The fault lasting.
+}
+
+func pick(rnd *rand.Rand, from []string) string { return from[rnd.IntN(len(from))] }
+
+// servers are the brokers and the consumer processes.
+var servers = slices.Concat(composetest.Brokers, composetest.Consumers)
+
+// faults are the kinds of fault, each as likely as another.
+var faults = []fault{
+	{"kill-broker", kill(composetest.Brokers)},
+	{"kill-consumer", kill(composetest.Consumers)},
+	{"kill-etcd", kill(composetest.Etcds)},
+	{"freeze", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		// Longer than the target's lease: it is presumed gone meanwhile.
+		target := pick(rnd, servers)
+		if err := s.c.Pause(target); err != nil {
+			return nil, target, err
+		}
+		hold(rnd, brokerLease+2*time.Second, brokerLease+4*time.Second)
+		return func() error { return s.c.Unpause(target) }, target, nil
+	}},
+	{"drain", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		// SIGTERM: it drains, exits and is started again, in the middle of load.
+		target := pick(rnd, servers)
+		err := s.c.ComposeErr("restart", "--timeout", "40", target)
+		return func() error { return nil }, target, err
+	}},
+	{"cut-broker-from-peers", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		// From its peers, not from etcd: sometimes shorter than the
+		// isolation timeout, sometimes longer (it resigns).
+		target := pick(rnd, composetest.Brokers)
+		err := s.c.Cut(target, others(composetest.Brokers, target)...)
+		hold(rnd, 3*time.Second, isolationTimeout+3*time.Second)
+		return func() error { return s.c.Heal(target) }, target, err
+	}},
+	{"cut-primary-from-etcd", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		// A shard's primary from etcd, not from the brokers: it loses
+		// its lease, and a standby takes the shard over.
+		shard := wordcount.ShardID(rnd.IntN(wordcount.Partitions))
+		target, err := s.c.ShardPrimary(shard, "")
+		if err != nil {
+			return nil, shard, err
+		}
+		err = s.c.Cut(target, composetest.Etcds...)
+		hold(rnd, consumerLease+2*time.Second, consumerLease+5*time.Second)
+		return func() error { return s.c.Heal(target) }, target + " (primary of " + shard + ")", err
+	}},
+	{"cut-zones", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		// zone-b from zone-a; both reach etcd.
+		var a, b []string
+		for _, srv := range servers {
+			if composetest.Zones[srv] == "zone-b" {
+				b = append(b, srv)
+			} else {
+				a = append(a, srv)
+			}
+		}
+		var err error
+		for _, srv := range b {
+			if err = s.c.Cut(srv, a...); err != nil {
+				break
+			}
+		}
+		hold(rnd, 3*time.Second, isolationTimeout+3*time.Second)
+		return func() error { return healAll(s, b) }, "zone-b from zone-a", err
+	}},
+	{"cut-one-way", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		// A broker cannot use its connections to another; the other's
+		// to it work.
+		from := pick(rnd, composetest.Brokers)
+		to := pick(rnd, others(composetest.Brokers, from))
+		err := s.c.CutOneWay(from, to)
+		hold(rnd, 3*time.Second, isolationTimeout+5*time.Second)
+		return func() error { return s.c.Heal(from) }, from + " to " + to, err
+	}},
+	{"lossy-link", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		target := pick(rnd, servers)
+		err := s.c.Degrade(target, "delay", "40ms", "20ms", "loss", "10%")
+		hold(rnd, 4*time.Second, 8*time.Second)
+		return func() error { return s.c.Restore(target) }, target, err
+	}},
+	{"disk-full", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		// broker3's spools are a small tmpfs (soak.compose.yaml).
+		file, err := s.c.Fill("broker3", "/var/lib/quire/spools/soak-fill")
+		hold(rnd, 3*time.Second, 6*time.Second)
+		return func() error { return composetest.Unfill(file) }, "broker3", err
+	}},
+}
+
+// kill kills one of services with SIGKILL, and starts it again.
+func kill(services []string) func(*soak, *rand.Rand) (func() error, string, error) {
+	return func(s *soak, rnd *rand.Rand) (func() error, string, error) {
+		target := pick(rnd, services)
+		if err := s.c.ComposeErr("kill", "-s", "SIGKILL", target); err != nil {
+			return nil, target, err
+		}
+		hold(rnd, 500*time.Millisecond, 3*time.Second)
+		return func() error { return s.c.ComposeErr("start", target) }, target, nil
+	}
+}
+
+func others(all []string, but string) []string {
+	return slices.DeleteFunc(slices.Clone(all), func(s string) bool { return s == but })
+}
+
+func healAll(s *soak, services []string) error {
+	var first error
+	for _, srv := range services {
+		if err := s.c.Heal(srv); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
