@@ -155,6 +155,9 @@ func (r *replica) pipelineWithRetry(ctx context.Context) (*pipeline, error) {
 	for attempt := 0; ; attempt++ {
 		p, err := r.ensurePipeline(ctx)
 		if err == nil || !errors.Is(err, errPipeline) || time.Now().After(deadline) {
+			if err != nil && ctx.Err() == nil {
+				r.srv.log.Warn("building the journal's pipeline failed; the append fails", "journal", r.journal, "attempts", attempt+1, "err", err)
+			}
 			return p, err
 		}
 		if !sleepCtx(ctx, backoff(attempt)) {

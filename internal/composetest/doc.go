@@ -8,6 +8,6 @@
 // It also makes faults inside the cluster, from the host: signals and
 // restarts through docker-compose, freezes (docker pause), and, in a
 // container's own network namespace (nsenter), packet filters that cut
-// it from chosen addresses, in one direction or both, and netem's loss
-// and latency on its link.
+// it from chosen addresses, in one direction or both, or drop a share of
+// its packets, and a token bucket that slows its link.
 package composetest

@@ -88,15 +88,23 @@ func (c *Cluster) iptables(service string, args ...string) error {
 	return c.InNetns(service, "iptables", append([]string{"-w"}, args...)...)
 }
 
-// Degrade puts netem on service's link, with its arguments (say, "delay
-// 50ms 20ms loss 5%"), until Restore.
-func (c *Cluster) Degrade(service string, netem ...string) error {
-	return c.InNetns(service, "tc", append([]string{"qdisc", "replace", "dev", "eth0", "root", "netem"}, netem...)...)
+// Degrade makes service's link lossy and slow, until Restore: it drops
+// each packet in and out with probability loss (a packet filter's random
+// match), and shapes what it sends to rate (a token bucket, whose queue
+// adds latency). netem would do both, but is not in every kernel.
+func (c *Cluster) Degrade(service string, loss float64, rate string) error {
+	p := strconv.FormatFloat(loss, 'f', -1, 64)
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		if err := c.iptables(service, "-A", chain, "-m", "statistic", "--mode", "random", "--probability", p, "-j", "DROP"); err != nil {
+			return err
+		}
+	}
+	return c.InNetns(service, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "200ms")
 }
 
-// Restore removes netem from service's link.
+// Restore undoes Degrade (and every cut) of service.
 func (c *Cluster) Restore(service string) error {
-	return c.InNetns(service, "tc", "qdisc", "del", "dev", "eth0", "root")
+	return errors.Join(c.InNetns(service, "tc", "qdisc", "del", "dev", "eth0", "root"), c.Heal(service))
 }
 
 // Pause freezes every process of service (docker pause), until Unpause.

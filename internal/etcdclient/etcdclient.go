@@ -32,8 +32,11 @@ func Dial(ctx context.Context, endpoints string, files tlsconfig.Files, prefix s
 	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: timeout, Logger: zap.NewNop(), TLS: tls,
 		// Keepalives, so that a watch on an etcd member whose machine froze
 		// or whose network drops packets fails over to another member, as
-		// Quire's own connections do (see rpcbuf.KeepaliveTime).
-		DialKeepAliveTime: rpcbuf.KeepaliveTime, DialKeepAliveTimeout: rpcbuf.KeepaliveTimeout, PermitWithoutStream: true})
+		// Quire's own connections do (see rpcbuf.KeepaliveTime). Only on
+		// connections with streams: etcd's servers refuse pings on idle
+		// ones by default (--grpc-keepalive-min-time, no pings without
+		// streams), and close the connection with too_many_pings.
+		DialKeepAliveTime: rpcbuf.KeepaliveTime, DialKeepAliveTimeout: rpcbuf.KeepaliveTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
 	}

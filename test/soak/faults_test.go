@@ -105,7 +105,7 @@ var faults = []fault{
 	}},
 	{"lossy-link", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
 		target := pick(rnd, servers)
-		err := s.c.Degrade(target, "delay", "40ms", "20ms", "loss", "10%")
+		err := s.c.Degrade(target, 0.1, "4mbit")
 		hold(rnd, 4*time.Second, 8*time.Second)
 		return func() error { return s.c.Restore(target) }, target, err
 	}},

@@ -26,12 +26,22 @@ func parseRecord(line []byte) (writer, seq int, ok bool) {
 	if len(line) < len("w00-00000000 \n") || line[0] != 'w' || line[3] != '-' || line[12] != ' ' || line[len(line)-1] != '\n' {
 		return 0, 0, false
 	}
-	w, err1 := strconv.Atoi(string(line[1:3]))
-	s, err2 := strconv.Atoi(string(line[4:12]))
-	if err1 != nil || err2 != nil || len(bytes.Trim(line[13:len(line)-1], "x")) != 0 {
+	if !digits(line[1:3]) || !digits(line[4:12]) || len(bytes.Trim(line[13:len(line)-1], "x")) != 0 {
 		return 0, 0, false
 	}
+	w, _ := strconv.Atoi(string(line[1:3]))
+	s, _ := strconv.Atoi(string(line[4:12]))
 	return w, s, true
+}
+
+// digits tells whether b is decimal digits only (Atoi takes signs too).
+func digits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // History records the calls of the appends and reads of the soak's
