@@ -200,3 +200,37 @@ func holdPersistence(t *testing.T, journal string) *cluster {
 	t.Cleanup(func() { close(release) }) // Before the brokers stop.
 	return c
 }
+
+// A retry of an append that failed, but committed on one replica, is
+// answered with that commit's range, not committed again: the primary
+// that copies the commit from the replica (see catchUp) takes its
+// registers too, the writer's last append among them. (Found by the soak:
+// under a zone cut, retries committed twice.)
+func TestRetryOfACommitOnlyAPeerHoldsCommitsOnce(t *testing.T) {
+	const journal = "log/retried"
+	c := holdPersistence(t, journal)
+	primary, _, failing := c.threeReplicas(journal)
+
+	var hooked sync.Once
+	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
+		var err error
+		if r.srv == failing.srv && r.journal == journal && req.Proposal.GetEnd() == 7 {
+			hooked.Do(func() { err = errors.New("test: this commit does not reach this replica") })
+		}
+		return err
+	}
+	t.Cleanup(func() { proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := &protocol.AppendRequest{Journal: journal, Writer: "w1", Sequence: 1}
+	if resp, err := appendOnce(ctx, primary, req, []byte("lone\n")); err == nil && resp.Status == protocol.Status_OK {
+		t.Fatal("the append committed, though a replica failed it")
+	}
+	retry := appendAs(t, primary, journal, "w1", 1, "lone\n")
+	if !retry.AlreadyCommitted || retry.Commit.Begin != 2 || retry.Commit.End != 7 {
+		t.Errorf("retry: %v, want already committed at [2, 7)", retry)
+	}
+	if got := string(c.readAll(failing, journal)); got != "a\nlone\n" {
+		t.Errorf("%s reads %q, want the append once", failing.name, got)
+	}
+}

@@ -158,6 +158,7 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 	}
 	adopted := r.adoptRegisters(resps)
 	if holder >= 0 {
+		adopted = r.adoptHolderRegisters(resps[holder]) || adopted
 		r.catchUp(ctx, p.route.Endpoints[holder+1], s, at)
 	}
 	if at == s.End() && !mismatched(resps) {
@@ -204,6 +205,27 @@ func (r *replica) adoptRegisters(resps []*protocol.ReplicateResponse) bool {
 		return true
 	}
 	return false // No peer knows them either: its own stand (recovered from its disk, or none for a new journal).
+}
+
+// adoptHolderRegisters makes the primary take the registers of holder,
+// the peer whose answer holds content past the primary's end: an append
+// that committed there but failed at the primary. The journal rolls past
+// that content on every replica, so the registers its commit set are the
+// journal's, and the writer's last append among them is what answers a
+// retry of it; the primary's own, from before it, would let the retry
+// commit again. It tells whether the registers changed. The caller holds
+// the token.
+func (r *replica) adoptHolderRegisters(holder *protocol.ReplicateResponse) bool {
+	if !holder.RegistersKnown {
+		return false
+	}
+	regs := protocol.LabelsOf(holder.Registers)
+	if regs.String() == r.registers.String() {
+		return false
+	}
+	r.srv.log.Info("adopted the registers of the peer holding the journal's latest commit", "journal", r.journal, "registers", regs.String())
+	r.registers = regs
+	return true
 }
 
 // maxCatchUp bounds the content a primary copies from a peer as it

@@ -28,15 +28,18 @@ type Publisher struct {
 	done  chan struct{}
 	mu    sync.Mutex
 	acked map[string]uint64
-	total int
-	times []time.Time // when each batch was acknowledged
-	errs  []error
+	// failed counts the words of batches that failed: they may count
+	// all the same (their transaction may have committed).
+	failed map[string]uint64
+	total  int
+	times  []time.Time // when each batch was acknowledged
+	errs   []error
 }
 
 // StartPublishing starts a Publisher on the cluster; it stops when the
 // test ends, if not before.
 func (c *Cluster) StartPublishing() *Publisher {
-	p := &Publisher{stopc: make(chan struct{}), done: make(chan struct{}), acked: map[string]uint64{}}
+	p := &Publisher{stopc: make(chan struct{}), done: make(chan struct{}), acked: map[string]uint64{}, failed: map[string]uint64{}}
 	journals := c.Journals()
 	go func() {
 		defer close(p.done)
@@ -71,6 +74,9 @@ func (p *Publisher) publish(publish func(context.Context, string) (int, error), 
 	}
 	if err != nil {
 		p.errs = append(p.errs, fmt.Errorf("publishing %v: %w", words, err))
+		for _, w := range words {
+			p.failed[w]++
+		}
 		return
 	}
 	for _, w := range words {
@@ -85,6 +91,17 @@ func (p *Publisher) Acknowledged() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.total
+}
+
+// Failed is the count of each word in batches that failed, so far.
+func (p *Publisher) Failed() map[string]uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]uint64{}
+	for w, n := range p.failed {
+		out[w] = n
+	}
+	return out
 }
 
 // Acks are the times at which batches were acknowledged, so far.

@@ -96,7 +96,7 @@ func TestSoak(t *testing.T) {
 	stop()
 	words, pubErrs := pub.Stop()
 	verdict = s.check()
-	wrong := s.checkCounts(words, pubErrs)
+	wrong := s.checkCounts(words, pub.Failed(), len(pubErrs))
 	t.Log(s.summary(seed, verdict, wrong, words, pub.Acks(), time.Since(began)))
 }
 
@@ -273,10 +273,12 @@ func (s *soak) check() *Verdict {
 }
 
 // checkCounts compares the word count's counts with what was
-// acknowledged, and returns how many words are counted wrong.
-func (s *soak) checkCounts(acked map[string]uint64, pubErrs []error) int {
-	for _, err := range pubErrs {
-		s.t.Errorf("a batch of words was not acknowledged within 2 minutes: %v", err)
+// acknowledged, and returns how many words are counted wrong. Words of
+// batches that failed (a full disk fails appends at once) may count or
+// not: a count is right from the acknowledged to that plus the failed.
+func (s *soak) checkCounts(acked, failed map[string]uint64, failedBatches int) int {
+	if failedBatches != 0 {
+		s.t.Logf("soak: %d batches of words failed; their words may or may not count", failedBatches)
 	}
 	counts, err := s.c.Counts()
 	if err != nil {
@@ -284,9 +286,9 @@ func (s *soak) checkCounts(acked map[string]uint64, pubErrs []error) int {
 	}
 	wrong := 0
 	for _, w := range composetest.Vocabulary {
-		if counts[w] != acked[w] {
+		if counts[w] < acked[w] || counts[w] > acked[w]+failed[w] {
 			wrong++
-			s.t.Errorf("count of %s = %d, want %d", w, counts[w], acked[w])
+			s.t.Errorf("count of %s = %d, want %d acknowledged, and at most %d more that failed", w, counts[w], acked[w], failed[w])
 		}
 	}
 	return wrong
