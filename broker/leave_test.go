@@ -136,15 +136,7 @@ func TestPrimaryCopiesACommitOnlyAPeerHolds(t *testing.T) {
 	c := holdPersistence(t, journal)
 	primary, holder, failing := c.threeReplicas(journal)
 
-	var hooked sync.Once
-	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
-		var err error
-		if r.srv == failing.srv && r.journal == journal && req.Proposal.GetEnd() == 7 {
-			hooked.Do(func() { err = errors.New("test: this commit does not reach this replica") })
-		}
-		return err
-	}
-	t.Cleanup(func() { proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+	failCommitOnce(t, failing, journal, 7)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if resp, err := appendOnce(ctx, primary, &protocol.AppendRequest{Journal: journal}, []byte("lone\n")); err == nil && resp.Status == protocol.Status_OK {
@@ -211,15 +203,7 @@ func TestRetryOfACommitOnlyAPeerHoldsCommitsOnce(t *testing.T) {
 	c := holdPersistence(t, journal)
 	primary, _, failing := c.threeReplicas(journal)
 
-	var hooked sync.Once
-	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
-		var err error
-		if r.srv == failing.srv && r.journal == journal && req.Proposal.GetEnd() == 7 {
-			hooked.Do(func() { err = errors.New("test: this commit does not reach this replica") })
-		}
-		return err
-	}
-	t.Cleanup(func() { proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+	failCommitOnce(t, failing, journal, 7)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := &protocol.AppendRequest{Journal: journal, Writer: "w1", Sequence: 1}
@@ -233,4 +217,18 @@ func TestRetryOfACommitOnlyAPeerHoldsCommitsOnce(t *testing.T) {
 	if got := string(c.readAll(failing, journal)); got != "a\nlone\n" {
 		t.Errorf("%s reads %q, want the append once", failing.name, got)
 	}
+}
+
+// failCommitOnce makes broker b fail the first proposal of journal that
+// commits through end, as if it had not reached b.
+func failCommitOnce(t *testing.T, b *testBroker, journal string, end int64) {
+	var hooked sync.Once
+	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
+		var err error
+		if r.srv == b.srv && r.journal == journal && req.Proposal.GetEnd() == end {
+			hooked.Do(func() { err = errors.New("test: this commit does not reach this replica") })
+		}
+		return err
+	}
+	t.Cleanup(func() { proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
 }
