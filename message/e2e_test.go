@@ -253,3 +253,31 @@ func TestReaderTail(t *testing.T) {
 	}
 	tail.Close()
 }
+
+// A ReaderConfig without a Framing reads JSON lines (it used to panic on
+// its first frame).
+func TestReaderDefaultsToJSONLines(t *testing.T) {
+	cl := brokertest.New(t)
+	b := cl.Start("b1")
+	c := cl.Client(b)
+	cl.Journals(c, 1, "events/plain")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	appender := c.NewAppender(ctx, client.AppenderConfig{})
+	defer appender.Close()
+	p := message.NewPublisher(appender, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))
+	h, err := p.PublishCommitted(ctx, "events/plain", &event{Body: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, h)
+	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "events/plain", New: newEvent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	d, err := r.Next()
+	if err != nil || d.Message.(*event).Body != "hello" {
+		t.Fatalf("Next() = %+v, %v; want the event", d, err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 // ReaderConfig configures a Reader.
 type ReaderConfig struct {
 	Journal string
+	// Framing of the journal's messages; nil means JSONLines.
 	Framing Framing
 	// New returns a new, empty message of the application's type. It is
 	// called from several goroutines at once (see Decoders).
@@ -152,6 +153,9 @@ const (
 func NewDecoder(ctx context.Context, c *client.Client, cfg ReaderConfig) *Decoder {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Framing == nil {
+		cfg.Framing = JSONLines
 	}
 	if cfg.Decoders <= 0 {
 		cfg.Decoders = min(runtime.GOMAXPROCS(0), DefaultDecoders)
