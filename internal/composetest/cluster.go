@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,13 +33,18 @@ const ImageTag = "compose-test"
 var (
 	Brokers   = []string{"broker1", "broker2", "broker3"}
 	Consumers = []string{"wordcount1", "wordcount2", "wordcount3"}
+	// StreamSums are the stream-sum processes that the soak's layer adds
+	// (test/soak/soak.compose.yaml); compose.yaml has none.
+	StreamSums = []string{"streamsum1", "streamsum2"}
 	Etcds     = []string{"etcd1", "etcd2", "etcd3"}
 	// Zones are the zones of the brokers and consumer processes.
 	Zones = map[string]string{"broker1": "zone-a", "broker2": "zone-b", "broker3": "zone-a",
-		"wordcount1": "zone-a", "wordcount2": "zone-b", "wordcount3": "zone-a"}
+		"wordcount1": "zone-a", "wordcount2": "zone-b", "wordcount3": "zone-a",
+		"streamsum1": "zone-a", "streamsum2": "zone-b"}
 	// addrs are the services' addresses' last octets, as compose.yaml fixes them.
 	addrs = map[string]int{"etcd1": 11, "etcd2": 12, "etcd3": 13, "s3": 15,
-		"broker1": 21, "broker2": 22, "broker3": 23, "wordcount1": 31, "wordcount2": 32, "wordcount3": 33}
+		"broker1": 21, "broker2": 22, "broker3": 23, "wordcount1": 31, "wordcount2": 32, "wordcount3": 33,
+		"streamsum1": 41, "streamsum2": 42}
 )
 
 // Options say which cluster to bring up. The zero value is compose.yaml
@@ -124,7 +130,7 @@ func Up(t testing.TB, opts Options) *Cluster {
 // imageInputs are what the images and the cluster are made of, besides
 // the Go packages they build: go test must rerun the tests when they change.
 var imageInputs = []string{"compose.yaml", "compose.tls.yaml", "s3.json", "s3.env", "gencerts",
-	"../images", "../docker", "../docker/quire.Dockerfile", "../docker/wordcount.Dockerfile",
+	"../images", "../docker", "../docker/quire.Dockerfile", "../docker/wordcount.Dockerfile", "../docker/streamsum.Dockerfile",
 	"../docker/etcd.Dockerfile", "../docker/s3.Dockerfile", "../../.ci/build-weed"}
 
 // images holds the outcome of building the images, once per test binary.
@@ -146,7 +152,7 @@ func BuildImages(t testing.TB) {
 		}
 		return out
 	}
-	pkgs := abs([]string{"../../cmd/quire", "../../examples/wordcount", "../../internal/cmd/etcd", "./gencerts"})
+	pkgs := abs([]string{"../../cmd/quire", "../../examples/wordcount", "../../examples/streamsum", "../../internal/cmd/etcd", "./gencerts"})
 	if err := proctest.DeclareInputs(pkgs, abs(imageInputs)...); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +184,7 @@ func (c *Cluster) down() {
 	}
 	c.mu.Unlock()
 	// Paused containers do not stop: unpause any a failed test left.
-	for _, s := range append(append(append([]string{}, Brokers...), Consumers...), Etcds...) {
+	for _, s := range slices.Concat(Brokers, Consumers, StreamSums, Etcds) {
 		if id := strings.TrimSpace(c.ComposeOut("ps", "-q", s)); id != "" {
 			exec.Command("docker", "unpause", id).Run()
 		}
@@ -404,8 +410,14 @@ func (c *Cluster) DialOptions() []grpc.DialOption {
 // ShardPrimary is the live process (its service) serving shard as its
 // primary, as the first process but avoid that answers sees it.
 func (c *Cluster) ShardPrimary(shard, avoid string) (string, error) {
+	return c.ShardPrimaryVia(Consumers, shard, avoid)
+}
+
+// ShardPrimaryVia is ShardPrimary of a shard of another application,
+// whose processes are procs.
+func (c *Cluster) ShardPrimaryVia(procs []string, shard, avoid string) (string, error) {
 	var errs []error
-	for _, via := range Consumers {
+	for _, via := range procs {
 		if via == avoid {
 			continue
 		}

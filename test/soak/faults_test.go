@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/quire-dev/quire/examples/streamsum/streamsum"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/internal/composetest"
 )
@@ -32,13 +33,17 @@ func hold(rnd *rand.Rand, least, most time.Duration) {
 
 func pick(rnd *rand.Rand, from []string) string { return from[rnd.IntN(len(from))] }
 
-// servers are the brokers and the consumer processes.
-var servers = slices.Concat(composetest.Brokers, composetest.Consumers)
+// servers are the brokers and the consumer processes, of both
+// applications; consumers are the latter.
+var (
+	servers   = slices.Concat(composetest.Brokers, consumers)
+	consumers = slices.Concat(composetest.Consumers, composetest.StreamSums)
+)
 
 // faults are the kinds of fault, each as likely as another.
 var faults = []fault{
 	{"kill-broker", kill(composetest.Brokers)},
-	{"kill-consumer", kill(composetest.Consumers)},
+	{"kill-consumer", kill(consumers)},
 	{"kill-etcd", kill(composetest.Etcds)},
 	{"freeze", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
 		// Longer than the target's lease: it is presumed gone meanwhile.
@@ -66,8 +71,12 @@ var faults = []fault{
 	{"cut-primary-from-etcd", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
 		// A shard's primary from etcd, not from the brokers: it loses
 		// its lease, and a standby takes the shard over.
-		shard := wordcount.ShardID(rnd.IntN(wordcount.Partitions))
-		target, err := s.c.ShardPrimary(shard, "")
+		// A shard of either application.
+		shard, via := wordcount.ShardID(rnd.IntN(wordcount.Partitions)), composetest.Consumers
+		if rnd.IntN(2) == 1 {
+			shard, via = streamsum.ShardID(rnd.IntN(streamsum.Partitions)), composetest.StreamSums
+		}
+		target, err := s.c.ShardPrimaryVia(via, shard, "")
 		if err != nil {
 			return nil, shard, err
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/examples/streamsum/streamsum"
 	"github.com/quire-dev/quire/internal/composetest"
 )
 
@@ -46,6 +47,7 @@ type soak struct {
 	// acked holds, per journal, the time (History.Now) of its latest
 	// acknowledged append.
 	acked map[string]*atomic.Int64
+	sums  *sums
 }
 
 // cycle is one fault made and healed.
@@ -87,6 +89,7 @@ func TestSoak(t *testing.T) {
 	t.Cleanup(func() { s.leaveRecord(seed, verdict) }) // Before the cluster goes down.
 	s.createJournals()
 
+	s.sums = s.startSums(seed)
 	stop := s.startWriting()
 	pub := c.StartPublishing()
 	rnd := rand.New(rand.NewPCG(seed, 0x50a4))
@@ -96,8 +99,9 @@ func TestSoak(t *testing.T) {
 	stop()
 	words, pubErrs := pub.Stop()
 	verdict = s.check()
+	sums := s.checkSums(s.sums)
 	wrong := s.checkCounts(words, pub.Failed(), len(pubErrs))
-	t.Log(s.summary(seed, verdict, wrong, words, pub.Acks(), time.Since(began)))
+	t.Log(s.summary(seed, verdict, sums, wrong, words, time.Since(began)))
 }
 
 func (s *soak) createJournals() {
@@ -219,6 +223,13 @@ func (s *soak) awaitWhole(i int, cy cycle) {
 	for _, e := range composetest.Etcds {
 		s.c.Await(2*time.Minute, "health of "+e, func() error { return etcdHealth(s.c.Addr(e, 2379)) })
 	}
+	healed := s.h.start.Add(time.Duration(cy.healed))
+	s.c.Await(2*time.Minute, fmt.Sprintf("a transaction of stream chunks after cycle %d (%s of %s)", i+1, cy.fault, cy.target), func() error {
+		if !s.sums.lastCommit().After(healed) {
+			return fmt.Errorf("no transaction committed since the fault was healed")
+		}
+		return nil
+	})
 	for _, j := range journals {
 		s.c.Await(2*time.Minute, fmt.Sprintf("an append to %s after cycle %d (%s of %s)", j.name, i+1, cy.fault, cy.target), func() error {
 			if s.acked[j.name].Load() <= cy.healed {
@@ -296,7 +307,8 @@ func (s *soak) checkCounts(acked, failed map[string]uint64, failedBatches int) i
 
 // unavailable returns, per fault, the longest any journal went without
 // an acknowledged append between the fault and the cluster being whole
-// again, and the longest without an acknowledged transaction of words.
+// again, and the longest without a committed transaction of stream
+// chunks.
 func (s *soak) unavailable(txns []time.Time) (appends, transactions map[string]time.Duration) {
 	acks := s.h.acks()
 	var txnAt []int64
@@ -333,7 +345,8 @@ func index(at []int64, t int64) int {
 }
 
 // summary is the run's one line of figures.
-func (s *soak) summary(seed uint64, v *Verdict, wrong int, words map[string]uint64, txns []time.Time, took time.Duration) string {
+func (s *soak) summary(seed uint64, v *Verdict, sums streamsum.Report, wrong int, words map[string]uint64, took time.Duration) string {
+	txns := s.sums.committed()
 	kinds := map[string]int{}
 	for _, cy := range s.cycles {
 		kinds[cy.fault]++
@@ -351,10 +364,11 @@ func (s *soak) summary(seed uint64, v *Verdict, wrong int, words map[string]uint
 		total += n
 	}
 	return fmt.Sprintf("soak: seed %d; %d fault cycles (%s); %d acknowledged appends checked (%d failed, %d of them found committed), %d reads, %d histories %s; "+
-		"lost %d, duplicated %d, moved %d, torn %d; %d words in %d transactions, wrong counts %d; "+
-		"longest unavailable, appends/transactions: %s (broker lease %s, consumer lease %s); took %s",
+		"lost %d, duplicated %d, moved %d, torn %d; %d transactions (%d failed) of %d streams, %d finished, %d summed right, wrong sums %d, duplicated %d, missing %d, unexpected %d; "+
+		"%d words, wrong counts %d; longest unavailable, appends/transactions: %s (broker lease %s, consumer lease %s); took %s",
 		seed, len(s.cycles), strings.Join(byKind, " "), v.Appends, v.Unknown, v.UnknownFound, v.Reads, v.Journals, v.Linearizable,
-		v.Lost, v.Duplicated, v.Moved, v.Torn, total, len(txns), wrong,
+		v.Lost, v.Duplicated, v.Moved, v.Torn, len(txns), s.sums.failed, sums.Streams, sums.Finished, sums.Right,
+		sums.Wrong, sums.Duplicated, sums.Missing, sums.Unexpected, total, wrong,
 		strings.Join(worst, ", "), brokerLease, consumerLease, took.Round(time.Second))
 }
 
