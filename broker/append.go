@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -42,8 +43,14 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 	resp, err := r.append(ctx, stream, first)
 	if err != nil {
 		appendErrors.Inc()
-		if errors.Is(err, errPipeline) {
+		switch {
+		case errors.Is(err, errPipeline):
 			return status.Error(codes.Unavailable, err.Error())
+		case errors.Is(err, syscall.ENOSPC):
+			// A full disk is this broker's, and passes: the client
+			// retries (idempotently) until space returns or the
+			// journal's primary moves, rather than fail at once.
+			return status.Errorf(codes.Unavailable, "broker %s: its disk is full: %v", s.id.Suffix, err)
 		}
 		return err
 	}
@@ -239,6 +246,10 @@ func (r *replica) rollPipeline(p *pipeline, at int64) error {
 	})
 }
 
+// spoolWriteHook is called before the primary writes an append's content
+// to its spool, and an error it returns is the write's; tests set it.
+var spoolWriteHook = func(*replica) error { return nil }
+
 // appendContent streams the client's content down the pipeline and commits
 // it once every replica has it.
 func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipeline, first *protocol.AppendRequest, spec *protocol.JournalSpec) (*protocol.AppendResponse, error) {
@@ -251,6 +262,9 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 				return nil, err
 			}
 			delta := s.Pending() - s.End()
+			if err := spoolWriteHook(r); err != nil {
+				return nil, err
+			}
 			if _, err := s.Write(req.Content); err != nil {
 				return nil, err
 			}
