@@ -36,7 +36,7 @@ var (
 	// StreamSums are the stream-sum processes that the soak's layer adds
 	// (test/soak/soak.compose.yaml); compose.yaml has none.
 	StreamSums = []string{"streamsum1", "streamsum2"}
-	Etcds     = []string{"etcd1", "etcd2", "etcd3"}
+	Etcds      = []string{"etcd1", "etcd2", "etcd3"}
 	// Zones are the zones of the brokers and consumer processes.
 	Zones = map[string]string{"broker1": "zone-a", "broker2": "zone-b", "broker3": "zone-a",
 		"wordcount1": "zone-a", "wordcount2": "zone-b", "wordcount3": "zone-a",
