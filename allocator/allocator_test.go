@@ -264,7 +264,7 @@ func TestDrainShedsThenReturns(t *testing.T) {
 }
 
 // A draining member whose items nobody can take keeps them (dropping them
-// would lower their readiness) until a member joins that can.
+// would leave them no ready replica) until a member joins that can.
 func TestDrainWaitsForCapacity(t *testing.T) {
 	f := newFleet(t)
 	f.items(3, 1)
@@ -292,6 +292,33 @@ func TestDrainWaitsForCapacity(t *testing.T) {
 	s = f.awaitConverged()
 	if got := loads(s)["z1/new"]; got != 3 {
 		t.Errorf("new member holds %d, want 3", got)
+	}
+}
+
+// A draining member of a fleet as large as its items' replication (three
+// brokers, journals of replication 3) gives its replicas up once the
+// other members hold theirs ready, rather than wait for capacity that the
+// fleet lacks: the items keep every ready replica the rest can hold.
+func TestDrainOfAFleetAtFullReplicationFinishes(t *testing.T) {
+	f := newFleet(t)
+	f.items(4, 3)
+	p := f.join("z1", "m1", 10)
+	f.join("z1", "m2", 10)
+	f.join("z2", "m3", 10)
+	f.awaitConverged()
+	f.update("z1", "m1", MemberSpec{Limit: 10, Exiting: true})
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("drained Allocate returned %v, want nil", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the drain did not finish")
+	}
+	f.kill("z1", "m1") // As allocator.Run revokes a drained member's lease.
+	s := f.awaitConverged()
+	if l := loads(s); l["z1/m2"] != 4 || l["z2/m3"] != 4 {
+		t.Errorf("loads after the drain: %v; want every item on both others", l)
 	}
 }
 

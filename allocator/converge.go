@@ -182,8 +182,13 @@ func (c *converger) removeSurplus(as []AssignmentKV, want []int, item, added int
 		}
 		isReady := c.isReady(a, as)
 		need := min(len(want), replication)
-		if a.Member >= 0 && c.s.Members[a.Member].Value.IsExiting() {
-			need = replication
+		if replication > 0 && a.Member >= 0 && c.s.Members[a.Member].Value.IsExiting() {
+			// A draining member's replica goes once the members that can
+			// hold the item hold it ready, as any unwanted replica, but
+			// never the last ready replica of an item that still wants
+			// one: a drain that no other member can take over from waits
+			// for capacity. (A deleted item's replicas always go.)
+			need = max(need, 1)
 		}
 		after := ready
 		if isReady {

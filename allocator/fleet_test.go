@@ -338,9 +338,9 @@ func (f *fleet) check(prev, next *State) {
 
 // checkReadiness asserts that no item loses ready replicas to a removal by
 // the allocator (as opposed to a member vanishing) below what it had, or
-// what it needs: its replication, bounded by the members able to hold it —
-// unless the removed replica was a draining member's, which goes only once
-// replaced.
+// what it needs: its replication, bounded by the members able to hold it,
+// and at least one if the removed replica was a draining member's (a drain
+// never takes an item's last ready replica).
 func (f *fleet) checkReadiness(prev, next *State) {
 	eligible := 0
 	for m := range next.Members {
@@ -365,7 +365,9 @@ func (f *fleet) checkReadiness(prev, next *State) {
 		if i := next.ItemIndex(id); i >= 0 {
 			need = next.Items[i].Value.DesiredReplication()
 		}
-		if !drained {
+		if drained && need > 0 {
+			need = max(min(need, eligible), 1)
+		} else {
 			need = min(need, eligible)
 		}
 		rb, ra := countReady(before), countReady(after)

@@ -69,10 +69,11 @@ named in its help. --admin serves /metrics, /healthz and /readyz (ready
 once the broker is announced in etcd and serving; not ready from the
 moment it starts draining).
 
-SIGTERM (or Ctrl-C) drains: the broker's journals move to other brokers,
-its spools are persisted, and it exits. Journals that no other broker
-can take (with as many brokers as their replication) fail over at once
-after --drain-timeout. A second signal exits at once; its journals then
+SIGTERM (or Ctrl-C) drains: the broker's journals move to other brokers
+(with as many brokers as their replication, the others keep theirs and
+run one replica short until it is back), its spools are persisted, and
+it exits. Journals that no other broker can hold at all (a broker alone)
+fail over at once after --drain-timeout. A second signal exits at once; its journals then
 fail over when its lease expires.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -185,7 +185,7 @@ func (c *Cluster) down() {
 	c.mu.Unlock()
 	// Paused containers do not stop: unpause any a failed test left.
 	for _, s := range slices.Concat(Brokers, Consumers, StreamSums, Etcds) {
-		if id := strings.TrimSpace(c.ComposeOut("ps", "-q", s)); id != "" {
+		if id := c.ID(s); id != "" {
 			exec.Command("docker", "unpause", id).Run()
 		}
 	}

@@ -11,9 +11,13 @@ import (
 	"syscall"
 )
 
-// ID is the container of service, or "" if it has none.
+// ID is the container of service, or "" if it has none. (It asks docker,
+// which answers in milliseconds; docker-compose takes a second or more.)
 func (c *Cluster) ID(service string) string {
-	return strings.TrimSpace(c.ComposeOut("ps", "-q", service))
+	out, _ := exec.Command("docker", "ps", "-aq", "--no-trunc",
+		"--filter", "label=com.docker.compose.project="+c.Project,
+		"--filter", "label=com.docker.compose.service="+service).Output()
+	return strings.TrimSpace(string(out))
 }
 
 // Pid is the host's process ID of service's container's first process.
@@ -41,6 +45,10 @@ func (c *Cluster) InNetns(service, name string, args ...string) error {
 	if err != nil {
 		return err
 	}
+	return inNetns(pid, service, name, args...)
+}
+
+func inNetns(pid int, service, name string, args ...string) error {
 	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", name}, args...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s %s in %s's network: %w: %s", name, strings.Join(args, " "), service, err, out)
@@ -51,41 +59,46 @@ func (c *Cluster) InNetns(service, name string, args ...string) error {
 // Cut drops every packet between service and each of peers (services),
 // both ways, until Heal.
 func (c *Cluster) Cut(service string, peers ...string) error {
+	var rules [][]string
 	for _, p := range peers {
 		ip := c.IP(p)
-		if err := c.iptables(service, "-A", "INPUT", "-s", ip, "-j", "DROP"); err != nil {
-			return err
-		}
-		if err := c.iptables(service, "-A", "OUTPUT", "-d", ip, "-j", "DROP"); err != nil {
-			return err
-		}
+		rules = append(rules, []string{"-A", "INPUT", "-s", ip, "-j", "DROP"}, []string{"-A", "OUTPUT", "-d", ip, "-j", "DROP"})
 	}
-	return nil
+	return c.iptables(service, rules...)
 }
 
 // CutOneWay stops service from using the connections it opens to each of
 // peers, until Heal, while the connections they open to it work: its
 // packets on its own connections to them, and their answers, are dropped.
 func (c *Cluster) CutOneWay(service string, peers ...string) error {
+	var rules [][]string
 	for _, p := range peers {
 		ip := c.IP(p)
-		if err := c.iptables(service, "-A", "OUTPUT", "-d", ip, "-m", "conntrack", "--ctdir", "ORIGINAL", "-j", "DROP"); err != nil {
-			return err
-		}
-		if err := c.iptables(service, "-A", "INPUT", "-s", ip, "-m", "conntrack", "--ctdir", "REPLY", "-j", "DROP"); err != nil {
-			return err
-		}
+		rules = append(rules,
+			[]string{"-A", "OUTPUT", "-d", ip, "-m", "conntrack", "--ctdir", "ORIGINAL", "-j", "DROP"},
+			[]string{"-A", "INPUT", "-s", ip, "-m", "conntrack", "--ctdir", "REPLY", "-j", "DROP"})
 	}
-	return nil
+	return c.iptables(service, rules...)
 }
 
 // Heal removes every cut of service.
 func (c *Cluster) Heal(service string) error {
-	return errors.Join(c.iptables(service, "-F", "INPUT"), c.iptables(service, "-F", "OUTPUT"))
+	return c.iptables(service, []string{"-F", "INPUT"}, []string{"-F", "OUTPUT"})
 }
 
-func (c *Cluster) iptables(service string, args ...string) error {
-	return c.InNetns(service, "iptables", append([]string{"-w"}, args...)...)
+// iptables runs iptables with each of rules, in order, in service's
+// network namespace, stopping at the first that fails.
+func (c *Cluster) iptables(service string, rules ...[]string) error {
+	pid, err := c.Pid(service)
+	if err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if err := inNetns(pid, service, "iptables", append([]string{"-w"}, r...)...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Degrade makes service's link lossy and slow, until Restore: it drops
@@ -94,10 +107,11 @@ func (c *Cluster) iptables(service string, args ...string) error {
 // adds latency). netem would do both, but is not in every kernel.
 func (c *Cluster) Degrade(service string, loss float64, rate string) error {
 	p := strconv.FormatFloat(loss, 'f', -1, 64)
-	for _, chain := range []string{"INPUT", "OUTPUT"} {
-		if err := c.iptables(service, "-A", chain, "-m", "statistic", "--mode", "random", "--probability", p, "-j", "DROP"); err != nil {
-			return err
-		}
+	drop := func(chain string) []string {
+		return []string{"-A", chain, "-m", "statistic", "--mode", "random", "--probability", p, "-j", "DROP"}
+	}
+	if err := c.iptables(service, drop("INPUT"), drop("OUTPUT")); err != nil {
+		return err
 	}
 	return c.InNetns(service, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "200ms")
 }
