@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -398,5 +399,83 @@ func TestDevDefaultPorts(t *testing.T) {
 	f = devFlags{dir: ".quire", port: 7702, etcdPort: 7701, consumerPort: 7703}
 	if err := f.validate(); err != nil || f.etcdPeerPort != 7704 {
 		t.Errorf("--port 7702 --etcd-port 7701 --consumer-port 7703: peer port %d (err %v), want 7704", f.etcdPeerPort, err)
+	}
+}
+
+// `quire journals append` of content in flight while quire dev is killed
+// with SIGKILL and restarted, again and again, retries until the broker
+// is back and leaves every byte in the journal exactly once: a retry of
+// an append that committed just before the kill is answered with its
+// range (idempotent appends), not committed again. (Tried as a new user
+// would, before appends carried their writer and sequence, this left a
+// batch in the journal twice.) Whether a kill lands between a commit and
+// its answer is chance, made likely: the journal syncs before it answers,
+// and each kill comes as soon as the chunk shows in the journal; the
+// content is checked whole either way.
+func TestJournalsAppendExactlyOnceAcrossKill9(t *testing.T) {
+	dir := t.TempDir()
+	ports := freeDevPorts(t)
+	addr := ports.brokerAddr()
+	dev := startDev(t, dir, ports)
+	must(t, addr, strings.NewReader("journals: [{name: dev/retried, replication: 1, fragment: {fsync: true}}]\n"), "journals", "apply", "-f", "-")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	heads, err := client.New(ctx, client.Config{Broker: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heads.Close()
+
+	pr, pw := io.Pipe()
+	done := make(chan result, 1)
+	go func() {
+		done <- quire(context.Background(), pr, "journals", "append", "-j", "dev/retried", "--chunk", "4KiB", "--broker", addr)
+	}()
+	var want bytes.Buffer
+	chunk := func(i int) {
+		line := fmt.Sprintf("%06d %s\n", i, strings.Repeat("x", 4096-8))
+		want.WriteString(line)
+		if _, err := pw.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for kill := range 3 {
+		for range 50 {
+			chunk(n)
+			n++
+		}
+		// The last chunk committed (or not yet): its answer, which waits
+		// for the sync, is likely in flight.
+		for {
+			head, err := heads.WriteHead(ctx, "dev/retried")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if head >= int64(want.Len()) {
+				break
+			}
+		}
+		if err := dev.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-dev.done
+		dev.cmd.Wait()
+		dev = startDev(t, dir, ports)
+		t.Logf("kill %d after %d chunks", kill+1, n)
+	}
+	for range 50 {
+		chunk(n)
+		n++
+	}
+	pw.Close()
+	if r := <-done; r.err != nil {
+		t.Fatalf("quire journals append: %v\nstderr: %s", r.err, r.stderr)
+	}
+	if got := must(t, addr, nil, "journals", "read", "-j", "dev/retried").stdout; got != want.String() {
+		t.Errorf("the journal holds %d bytes, want the %d appended, once each", len(got), want.Len())
+	}
+	if code := dev.interrupt(t); code != 0 {
+		t.Fatalf("quire dev exited %d; stderr: %s", code, dev.stderr)
 	}
 }

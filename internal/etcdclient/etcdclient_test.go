@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/connectivity"
+
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/internal/tlstest"
 )
@@ -48,5 +51,36 @@ func TestDialTLS(t *testing.T) {
 	if _, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{Cert: pki.ClientCert}, "/quire/", time.Second); err == nil ||
 		!strings.Contains(err.Error(), "has no key file") {
 		t.Errorf("a certificate without its key: %v", err)
+	}
+}
+
+// A connection to etcd that idles (no watch, no request) stays open: the
+// client pings only connections with streams, which etcd's servers
+// permit. (Found by the soak: pinging idle connections made every etcd
+// member answer GOAWAY too_many_pings after three pings, 30 s, and close
+// them.) The test idles past three keepalive periods.
+func TestIdleConnectionOutlivesEtcdsPingPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idles for 45 s")
+	}
+	srv, err := etcdtest.Start(t.TempDir(), etcdtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	c, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{}, "/quire/", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	conn := c.ActiveConnection()
+	if s := conn.GetState(); s != connectivity.Ready {
+		t.Fatalf("after a request, the connection is %s, want READY", s)
+	}
+	idle, cancel := context.WithTimeout(ctx, 3*(rpcbuf.KeepaliveTime+rpcbuf.KeepaliveTimeout))
+	defer cancel()
+	if conn.WaitForStateChange(idle, connectivity.Ready) {
+		t.Fatalf("the idle connection went from READY to %s: etcd closed it", conn.GetState())
 	}
 }
