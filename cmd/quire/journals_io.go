@@ -47,7 +47,9 @@ byte. With --framing none (the default), the content is appended in
 appends of up to --chunk bytes (64MiB at most), each acknowledged before
 the next is sent. With --framing lines, each line (with its newline) is
 its own record, appended in order, in batches. Each append, or line, is
-retried as the client retries; a failure stops the command, and what was
+retried as the client retries, and appended once: a retry of an append
+whose answer was lost (its broker died just as it committed) is answered
+with the range it committed at. A failure stops the command, and what was
 acknowledged before it stays appended.
 
 A summary goes to standard error; -v prints the range of every append, or
