@@ -203,7 +203,9 @@ func (c *cluster) killJournalPrimary() {
 		appendRecord(n)
 	}
 	victim := c.journalPrimary(journals, journal)
-	c.Compose("kill", "-s", "SIGKILL", victim)
+	if err := c.Kill(victim); err != nil {
+		c.t.Fatal(err)
+	}
 	for stop := n + 40; n < stop; n++ {
 		appendRecord(n)
 	}
@@ -265,7 +267,9 @@ func (c *cluster) killShardPrimary() {
 	shard := wordcount.ShardID(0)
 	victim := c.shardPrimary(shard)
 	killed := time.Now()
-	c.Compose("kill", "-s", "SIGKILL", victim)
+	if err := c.Kill(victim); err != nil {
+		c.t.Fatal(err)
+	}
 	var took time.Duration
 	c.Await(time.Minute, "a new primary of "+shard, func() error {
 		p, err := c.ShardPrimary(shard, victim)

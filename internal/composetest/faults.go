@@ -121,18 +121,26 @@ func (c *Cluster) Restore(service string) error {
 	return errors.Join(c.InNetns(service, "tc", "qdisc", "del", "dev", "eth0", "root"), c.Heal(service))
 }
 
+// Kill kills service's container with SIGKILL, at once: docker answers
+// in milliseconds, where docker-compose takes a second or more to start,
+// which a test timing a failover from the kill would count.
+func (c *Cluster) Kill(service string) error {
+	return c.docker("kill", service, "--signal", "KILL")
+}
+
 // Pause freezes every process of service (docker pause), until Unpause.
 func (c *Cluster) Pause(service string) error { return c.docker("pause", service) }
 
 // Unpause thaws service.
 func (c *Cluster) Unpause(service string) error { return c.docker("unpause", service) }
 
-func (c *Cluster) docker(verb, service string) error {
+func (c *Cluster) docker(verb, service string, flags ...string) error {
 	id := c.ID(service)
 	if id == "" {
 		return fmt.Errorf("%s has no container", service)
 	}
-	if out, err := exec.Command("docker", verb, id).CombinedOutput(); err != nil {
+	args := append(append([]string{verb}, flags...), id)
+	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("docker %s %s: %w: %s", verb, service, err, out)
 	}
 	return nil

@@ -130,7 +130,7 @@ var faults = []fault{
 func kill(services []string) func(*soak, *rand.Rand) (func() error, string, error) {
 	return func(s *soak, rnd *rand.Rand) (func() error, string, error) {
 		target := pick(rnd, services)
-		if err := s.c.ComposeErr("kill", "-s", "SIGKILL", target); err != nil {
+		if err := s.c.Kill(target); err != nil {
 			return nil, target, err
 		}
 		hold(rnd, 500*time.Millisecond, 3*time.Second)

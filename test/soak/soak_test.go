@@ -38,7 +38,7 @@ var journals = []struct {
 const writersPerJournal = 2
 
 // ciCycles is the number of fault cycles of the short form, which every
-// test run makes (.ci/run among them): about 8 minutes on 2 cores.
+// test run makes (.ci/run among them): about 4 minutes on 2 cores.
 const ciCycles = 20
 
 // soak is one run: the cluster, the history of its journals, and what
