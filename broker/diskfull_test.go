@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -69,5 +71,30 @@ func TestAppendRidesOutAFullDisk(t *testing.T) {
 	}
 	if got := string(c.readAll(b, "full/j")); got != "a\nb\n" {
 		t.Errorf("the journal holds %q, want the append once", got)
+	}
+}
+
+// A broker whose spool directory cannot be written fails at start, naming
+// the directory, rather than announce itself and fail every append.
+// (Seen in the soak: a spool tmpfs owned by root, under the image's user,
+// left a broker ready that refused every append.)
+func TestUnwritableSpoolDirectoryFailsTheStart(t *testing.T) {
+	// A directory that lists, and where nobody, root included, may make
+	// a file.
+	const dir = "/proc/self/fdinfo"
+	if _, err := os.ReadDir(dir); err != nil {
+		t.Skipf("no %s here: %v", dir, err)
+	}
+	c := newCluster(t)
+	b := c.start("b1", dir)
+	var err error
+	select {
+	case err = <-b.done:
+	case <-b.srv.serving:
+		t.Fatalf("the broker serves, with spools it cannot write in %s", dir)
+	}
+	delete(c.brokers, b.name)
+	if err == nil || !strings.Contains(err.Error(), "the spool directory "+dir+" cannot be written") {
+		t.Fatalf("Run: %v; want an error saying %s cannot be written", err, dir)
 	}
 }

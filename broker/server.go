@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -223,9 +224,30 @@ func (s *Server) serve(ctx context.Context, drain <-chan struct{}) error {
 	return err
 }
 
+// writable checks that the broker can make spools in dir, so that a
+// broker that cannot fails at start, naming the directory, rather than
+// announce itself and fail every append given to it.
+func writable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("the spool directory %s cannot be made: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err == nil {
+		_, err = f.Write([]byte{0})
+		err = errors.Join(err, f.Close(), os.Remove(f.Name()))
+	}
+	if err != nil {
+		return fmt.Errorf("the spool directory %s cannot be written: %w", dir, err)
+	}
+	return nil
+}
+
 // recoverSpools finds the spools a previous process left, indexes them for
 // reads, and queues them for persisting.
 func (s *Server) recoverSpools(ctx context.Context) error {
+	if err := writable(s.cfg.Dir); err != nil {
+		return err
+	}
 	recovered, err := spool.Recover(s.cfg.Dir)
 	if err != nil {
 		return fmt.Errorf("recovering spools: %w", err)
