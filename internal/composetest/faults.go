@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ID is the container of service, or "" if it has none. (It asks docker,
@@ -129,7 +130,18 @@ func (c *Cluster) Kill(service string) error {
 }
 
 // Pause freezes every process of service (docker pause), until Unpause.
-func (c *Cluster) Pause(service string) error { return c.docker("pause", service) }
+// The kernel's freezer fails now and then ("unable to freeze": a task it
+// could not stop at once); Pause tries again, for up to 5 s.
+func (c *Cluster) Pause(service string) error {
+	var err error
+	for range 25 {
+		if err = c.docker("pause", service); err == nil || !strings.Contains(err.Error(), "unable to freeze") {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond) // Giving the freezer another chance.
+	}
+	return err
+}
 
 // Unpause thaws service.
 func (c *Cluster) Unpause(service string) error { return c.docker("unpause", service) }
