@@ -196,7 +196,14 @@ func transient(resp *protocol.AppendResponse, err error) bool {
 		c := status.Code(err)
 		return c == codes.Unavailable || c == codes.Canceled || c == codes.Unknown
 	}
-	return resp.Status == protocol.Status_NO_PRIMARY || resp.Status == protocol.Status_INSUFFICIENT_REPLICAS
+	switch resp.Status {
+	case protocol.Status_NO_PRIMARY, protocol.Status_INSUFFICIENT_REPLICAS,
+		// The route's primary has yet to make its replica of a new
+		// journal (clients retry this too).
+		protocol.Status_NOT_PRIMARY:
+		return true
+	}
+	return false
 }
 
 // readRange reads [from, to) of journal through b, blocking for content.
