@@ -25,7 +25,7 @@ import (
 
 var (
 	cyclesFlag = flag.Int("soak.cycles", 0, "fault cycles to run (default $QUIRE_SOAK_CYCLES, or 20: the short form that every test run makes)")
-	seedFlag   = flag.Uint64("soak.seed", 0, "seed of the faults' schedule (default: from the clock); a run prints its own")
+	seedFlag   = flag.Uint64("soak.seed", 0, "seed of the faults' schedule (default 16); a run prints its own")
 	outFlag    = flag.String("soak.out", "", "directory a failed run leaves its seed, logs and history in (default: a new one in $TMPDIR)")
 )
 
@@ -40,6 +40,9 @@ const writersPerJournal = 2
 // ciCycles is the number of fault cycles of the short form, which every
 // test run makes (.ci/run among them): about 4 minutes on 2 cores.
 const ciCycles = 20
+
+// ciSeed is the default seed: a schedule of every kind of fault.
+const ciSeed = 16
 
 // soak is one run: the cluster, the history of its journals, and what
 // each fault cycle did.
@@ -79,7 +82,9 @@ func TestSoak(t *testing.T) {
 	}
 	seed := *seedFlag
 	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
+		// A fixed schedule by default, so that every test run makes the
+		// same faults; -soak.seed explores others.
+		seed = ciSeed
 	}
 	t.Logf("soak: seed %d, %d cycles; replay with go test ./test/soak -run Soak -v -soak.seed=%d -soak.cycles=%d", seed, cycles, seed, cycles)
 	layer, err := filepath.Abs("soak.compose.yaml")
