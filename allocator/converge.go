@@ -153,10 +153,10 @@ func (c *converger) addMissing(id string, as []AssignmentKV, want []int) (added 
 // least `needed` ready replicas without it. Needed is the item's
 // replication bounded by what the solution could give it, so that a
 // replica dropped for want of capacity (a lowered limit or replication, a
-// deleted item) may go once the rest are ready; a draining member's
-// replica, though, goes only once the item has its full replication ready
-// without it. Replicas of members that are gone hold nothing and always
-// go. An unwanted primary with peers (existing, or added this round) first
+// deleted item) may go once the rest are ready. A draining member's
+// replica goes likewise, but never as the last ready replica of an item
+// that wants one. Replicas of members that are gone hold nothing and
+// always go. An unwanted primary with peers (existing, or added this round) first
 // hands the primary slot to a ready wanted replica: in the same
 // transaction that removes it, if it may be removed; otherwise the two
 // swap slots and it is removed later.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ type testBroker struct {
 	cancel context.CancelFunc
 	drain  chan struct{}
 	done   chan error
+	// stopping is set once the test stops the broker, whose Run then
+	// returns ErrMemberGone as a matter of course (see stop).
+	stopping atomic.Bool
 }
 
 func newCluster(t testing.TB) *cluster {
@@ -97,7 +101,7 @@ func (c *cluster) startWith(name, dir string, client *clientv3.Client, edit func
 	ctx, b.cancel = context.WithCancel(context.Background())
 	go func() {
 		err := srv.Run(ctx, b.drain)
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, allocator.ErrMemberGone) {
+		if err != nil && !errors.Is(err, context.Canceled) && !(b.stopping.Load() && errors.Is(err, allocator.ErrMemberGone)) {
 			c.t.Logf("broker %s: Run: %v", name, err)
 		}
 		b.done <- err
@@ -116,6 +120,7 @@ func (c *cluster) stop(b *testBroker) {
 		return
 	}
 	delete(c.brokers, b.name)
+	b.stopping.Store(true)
 	c.revokeLease(b)
 	b.cancel()
 	b.grpc.Stop()

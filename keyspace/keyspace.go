@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +17,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // Decoder decodes the value of an etcd key. Returning an error keeps the key
@@ -394,7 +397,7 @@ func (ks *KeySpace) watchStep(ctx context.Context, client *clientv3.Client, bo *
 // watchOnce runs one etcd watch from the revision after the mirror's,
 // applying its responses until it fails. It always returns an error.
 func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *backoff) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(ownStream(clientv3.WithRequireLeader(ctx)))
 	defer cancel()
 	ks.mu.Lock()
 	ks.watchCtx = wctx
@@ -436,6 +439,23 @@ func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *
 		bo.reset()
 	}
 	return errWatchClosed
+}
+
+// streams numbers the watches of this process, each on a stream of its own.
+var streams atomic.Uint64
+
+// ownStream returns ctx with outgoing metadata that no other watch
+// carries: etcd's client multiplexes the watches whose contexts carry
+// the same metadata on one stream, and a watch must have a stream of its
+// own for its progress notifications to mean what WaitForRevision takes
+// them to mean. etcd answers a progress request for a whole stream, and
+// its client hands the answer to every watch of the stream; on a shared
+// stream that answer could reach one watch ahead of events that an
+// earlier write had for it, which it then never applied, since its
+// revision had moved past them (seen with three brokers on one client:
+// one found its own member key missing from its mirror, and quit).
+func ownStream(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "quire-watch", strconv.FormatUint(streams.Add(1), 10))
 }
 
 // apply applies a batch of consecutive watch responses as a single change
