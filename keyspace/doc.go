@@ -15,6 +15,9 @@
 // read from etcd. Since etcd's revision also moves with writes under other
 // prefixes, which no event of the watch reflects, a waiter asks the watch
 // for a progress notification: it gets there in a round trip to etcd.
+// Each watch runs on a gRPC stream of its own, since etcd answers a
+// progress request for a whole stream and its client passes the answer to
+// every watch of the stream, whether or not that watch has caught up.
 //
 // Watch survives what etcd does to a long-lived watch: cancellation and
 // errors (it re-watches from the next revision), compaction of the revision
