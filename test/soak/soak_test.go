@@ -26,7 +26,7 @@ import (
 var (
 	cyclesFlag = flag.Int("soak.cycles", 0, "fault cycles to run (default $QUIRE_SOAK_CYCLES, or 20: the short form that every test run makes)")
 	seedFlag   = flag.Uint64("soak.seed", 0, "seed of the faults' schedule (default 16); a run prints its own")
-	outFlag    = flag.String("soak.out", "", "directory a failed run leaves its seed, logs and history in (default: a new one in $TMPDIR)")
+	outFlag    = flag.String("soak.out", "", "directory the run leaves its seed, cycles, logs and history in: a failed run always leaves them (in a new directory in $TMPDIR if this is unset), a passing one only if this is set")
 )
 
 // The soak's journals, and their replication.
@@ -382,10 +382,11 @@ func (s *soak) summary(seed uint64, v *Verdict, sums streamsum.Report, wrong int
 		strings.Join(worst, ", "), brokerLease, consumerLease, took.Round(time.Second))
 }
 
-// leaveRecord leaves, for a failed run, its seed, the cluster's logs and
-// the checked history in a directory that the log names.
+// leaveRecord leaves, for a failed run or one given -soak.out, its seed,
+// the cluster's logs and the checked history in a directory that the log
+// names.
 func (s *soak) leaveRecord(seed uint64, v *Verdict) {
-	if !s.t.Failed() {
+	if !s.t.Failed() && *outFlag == "" {
 		return
 	}
 	dir := *outFlag
@@ -415,5 +416,9 @@ func (s *soak) leaveRecord(seed uint64, v *Verdict) {
 			s.t.Logf("soak: %v", err)
 		}
 	}
-	s.t.Logf("soak: FAILED with seed %d; its seed, cycles, the cluster's logs and the history are in %s", seed, dir)
+	outcome := "passed"
+	if s.t.Failed() {
+		outcome = "FAILED"
+	}
+	s.t.Logf("soak: %s with seed %d; its seed, cycles, the cluster's logs and the history are in %s", outcome, seed, dir)
 }
