@@ -84,77 +84,9 @@ func Setup(ctx context.Context, cfg SetupConfig) ([]string, error) {
 		return nil, fmt.Errorf("streamsum: setup: root %q must begin and end with '/'", cfg.Root)
 	}
 	journals, shards := Specs(cfg)
-	created, err := createJournals(ctx, cfg.Journals, journals)
+	created, err := consumer.CreateMissing(ctx, cfg.Journals, cfg.Shards, journals, shards)
 	if err != nil {
-		return created, err
-	}
-	ids, err := createShards(ctx, cfg.Shards, shards)
-	return append(created, ids...), err
-}
-
-func createJournals(ctx context.Context, c *client.Client, specs []*protocol.JournalSpec) ([]string, error) {
-	existing := map[string]bool{}
-	for _, sel := range []string{"prefix=streamsum/", "prefix=" + RecoveryLogPrefix + "/streamsum/"} {
-		js, err := c.ListAll(ctx, sel)
-		if err != nil {
-			return nil, fmt.Errorf("streamsum: listing journals: %w", err)
-		}
-		for _, j := range js {
-			existing[j.GetSpec().GetName()] = true
-		}
-	}
-	req := &protocol.ApplyRequest{}
-	var names []string
-	for _, s := range specs {
-		if !existing[s.Name] {
-			req.Changes = append(req.Changes, &protocol.ApplyRequest_Change{Upsert: s})
-			names = append(names, s.Name)
-		}
-	}
-	if len(names) == 0 {
-		return nil, nil
-	}
-	if _, err := c.Apply(ctx, req); err != nil {
-		return nil, fmt.Errorf("streamsum: creating journals %s: %w", strings.Join(names, ", "), err)
-	}
-	return names, nil
-}
-
-func createShards(ctx context.Context, c protocol.ShardClient, specs []*consumer.ShardSpec) ([]string, error) {
-	list, err := c.List(ctx, &protocol.ShardListRequest{Selector: ShardSelector})
-	if err != nil {
-		return nil, fmt.Errorf("streamsum: listing shards: %w", err)
-	}
-	existing := map[string]bool{}
-	for _, sh := range list.Shards {
-		spec, err := consumer.UnmarshalShardSpec(sh.Spec)
-		if err != nil {
-			return nil, fmt.Errorf("streamsum: listing shards: %w", err)
-		}
-		existing[spec.ID] = true
-	}
-	req := &protocol.ShardApplyRequest{}
-	var created []string
-	for _, s := range specs {
-		if existing[s.ID] {
-			continue
-		}
-		raw, err := consumer.MarshalShardSpec(s)
-		if err != nil {
-			return nil, err
-		}
-		req.Changes = append(req.Changes, &protocol.ShardApplyRequest_Change{Upsert: raw})
-		created = append(created, s.ID)
-	}
-	if len(created) == 0 {
-		return nil, nil
-	}
-	resp, err := c.Apply(ctx, req)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("streamsum: creating shards: %w", err)
-	case resp.Status != protocol.Status_OK:
-		return nil, fmt.Errorf("streamsum: creating shards %s: %s", strings.Join(created, ", "), resp.Status)
+		return created, fmt.Errorf("streamsum: setup: %w", err)
 	}
 	return created, nil
 }

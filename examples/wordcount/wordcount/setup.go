@@ -2,7 +2,6 @@ package wordcount
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -81,97 +80,14 @@ func Specs(cfg SetupConfig) ([]*protocol.JournalSpec, []*consumer.ShardSpec) {
 // Setup creates the application's journals and shards (see Specs) that do
 // not exist; those that do are left as they are. It returns the names of
 // the journals and the IDs of the shards it created.
-func Setup(ctx context.Context, cfg SetupConfig) (created []string, err error) {
+func Setup(ctx context.Context, cfg SetupConfig) ([]string, error) {
 	if !strings.HasPrefix(cfg.Root, "/") || !strings.HasSuffix(cfg.Root, "/") {
 		return nil, fmt.Errorf("wordcount: setup: root %q must begin and end with '/'", cfg.Root)
 	}
 	journals, shards := Specs(cfg)
-	for attempt := 0; ; attempt++ {
-		c, err := createJournals(ctx, cfg.Journals, journals)
-		created = append(created, c...)
-		if errors.Is(err, client.ErrRevisionMismatch) && attempt < 3 {
-			continue // Created meanwhile by another: list again.
-		} else if err != nil {
-			return created, err
-		}
-		break
-	}
-	for attempt := 0; ; attempt++ {
-		c, retry, err := createShards(ctx, cfg.Shards, shards)
-		created = append(created, c...)
-		if retry && attempt < 3 {
-			continue
-		} else if err != nil {
-			return created, err
-		}
-		return created, nil
-	}
-}
-
-func createJournals(ctx context.Context, c *client.Client, specs []*protocol.JournalSpec) ([]string, error) {
-	existing := map[string]bool{}
-	for _, sel := range []string{"prefix=wordcount/words/", "prefix=" + RecoveryLogPrefix + "/wordcount/"} {
-		js, err := c.ListAll(ctx, sel)
-		if err != nil {
-			return nil, fmt.Errorf("wordcount: listing journals: %w", err)
-		}
-		for _, j := range js {
-			existing[j.GetSpec().GetName()] = true
-		}
-	}
-	req := &protocol.ApplyRequest{}
-	var names []string
-	for _, s := range specs {
-		if !existing[s.Name] {
-			req.Changes = append(req.Changes, &protocol.ApplyRequest_Change{Upsert: s})
-			names = append(names, s.Name)
-		}
-	}
-	if len(names) == 0 {
-		return nil, nil
-	}
-	if _, err := c.Apply(ctx, req); err != nil {
-		return nil, fmt.Errorf("wordcount: creating journals %s: %w", strings.Join(names, ", "), err)
-	}
-	return names, nil
-}
-
-func createShards(ctx context.Context, c protocol.ShardClient, specs []*consumer.ShardSpec) (created []string, retry bool, err error) {
-	list, err := c.List(ctx, &protocol.ShardListRequest{Selector: "prefix=wordcount/"})
+	created, err := consumer.CreateMissing(ctx, cfg.Journals, cfg.Shards, journals, shards)
 	if err != nil {
-		return nil, false, fmt.Errorf("wordcount: listing shards: %w", err)
+		return created, fmt.Errorf("wordcount: setup: %w", err)
 	}
-	existing := map[string]bool{}
-	for _, sh := range list.Shards {
-		spec, err := consumer.UnmarshalShardSpec(sh.Spec)
-		if err != nil {
-			return nil, false, fmt.Errorf("wordcount: listing shards: %w", err)
-		}
-		existing[spec.ID] = true
-	}
-	req := &protocol.ShardApplyRequest{}
-	for _, s := range specs {
-		if existing[s.ID] {
-			continue
-		}
-		raw, err := consumer.MarshalShardSpec(s)
-		if err != nil {
-			return nil, false, err
-		}
-		req.Changes = append(req.Changes, &protocol.ShardApplyRequest_Change{Upsert: raw}) // Expecting none.
-		created = append(created, s.ID)
-	}
-	if len(created) == 0 {
-		return nil, false, nil
-	}
-	resp, err := c.Apply(ctx, req)
-	switch {
-	case err != nil:
-		return nil, false, fmt.Errorf("wordcount: creating shards: %w", err)
-	case resp.Status == protocol.Status_REVISION_MISMATCH:
-		return nil, true, errors.New("wordcount: creating shards: created meanwhile by another")
-	case resp.Status != protocol.Status_OK:
-		return nil, false, fmt.Errorf("wordcount: creating shards: %s", resp.Status)
-	}
-	return created, false, nil
+	return created, nil
 }
