@@ -384,14 +384,19 @@ func (r *replica) servingPrimary(sh *Shard, st store.Store, cp store.Checkpoint)
 
 // takeOver creates the recorder that continues the player's log, fencing
 // the previous primary. If the previous primary appended since playback
-// ended, it plays on and tries again.
+// ended, it plays on and tries again, with a growing pause, for up to
+// twice the lease TTL: a previous primary cut off from etcd (a zombie)
+// goes on committing until it finds its lease gone, at most a TTL later,
+// and a takeover that gave up sooner would fail the shard.
 func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recoverylog.Recorder, error) {
 	// Unique to this replica, not only to its assignment: a shard whose
 	// spec changes is restarted in the same process at the same
 	// assignment, and the replica stopped, still finishing a commit, must
 	// be fenced by its successor's author like any other predecessor.
 	author := fmt.Sprintf("%s.%s.%d.%s", r.srv.cfg.Zone, r.srv.cfg.Suffix, r.assignmentRevision(), filepath.Base(r.dir))
-	for attempt := 0; ; attempt++ {
+	deadline := time.Now().Add(2 * r.srv.cfg.LeaseTTL)
+	pause := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
 		rec, err := recoverylog.NewRecorder(r.ctx, recoverylog.RecorderConfig{
 			Client: r.srv.cfg.Journals, Journal: spec.RecoveryLog(), Author: author,
 			Dir: r.dir, FSM: player.FSM()})
@@ -400,9 +405,15 @@ func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recove
 			return rec, nil
 		case r.ctx.Err() != nil:
 			return nil, nil
-		case !errors.Is(err, client.ErrWrongAppendOffset) || attempt == 10:
-			return nil, fmt.Errorf("taking over recovery log %s: %w", spec.RecoveryLog(), err)
+		case !errors.Is(err, client.ErrWrongAppendOffset) || time.Now().After(deadline):
+			return nil, fmt.Errorf("taking over recovery log %s (attempt %d): %w", spec.RecoveryLog(), attempt, err)
 		}
+		select {
+		case <-time.After(pause):
+		case <-r.ctx.Done():
+			return nil, nil
+		}
+		pause = min(2*pause, time.Second)
 		player.FinishAtWriteHead()
 		if err := player.Tail(r.ctx); err != nil {
 			return nil, playError(r.ctx, spec, err)
