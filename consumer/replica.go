@@ -397,6 +397,7 @@ func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recove
 	deadline := time.Now().Add(2 * r.srv.cfg.LeaseTTL)
 	pause := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
+		takeOverHook(spec.ID, attempt)
 		rec, err := recoverylog.NewRecorder(r.ctx, recoverylog.RecorderConfig{
 			Client: r.srv.cfg.Journals, Journal: spec.RecoveryLog(), Author: author,
 			Dir: r.dir, FSM: player.FSM()})
@@ -413,13 +414,19 @@ func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recove
 		case <-r.ctx.Done():
 			return nil, nil
 		}
-		pause = min(2*pause, time.Second)
+		pause = min(2*pause, maxTakeOverPause)
 		player.FinishAtWriteHead()
 		if err := player.Tail(r.ctx); err != nil {
 			return nil, playError(r.ctx, spec, err)
 		}
 	}
 }
+
+// maxTakeOverPause bounds the pause between attempts of a takeover.
+const maxTakeOverPause = 500 * time.Millisecond
+
+// takeOverHook is called before each attempt of a takeover. Tests set it.
+var takeOverHook = func(shard string, attempt int) {}
 
 func (r *replica) assignmentRevision() int64 {
 	r.mu.Lock()

@@ -108,3 +108,45 @@ func statOf(t *testing.T, sc protocol.ShardClient, shard string, readThrough map
 		time.Sleep(20 * time.Millisecond) // The shard is starting.
 	}
 }
+
+// A successor whose takeover of the recovery log meets the appends of a
+// zombie still committing (cut off from etcd, it commits until it finds
+// its lease gone) keeps trying, and takes the shard over once the zombie
+// stops, counting on from the zombie's last commit. (Found by the soak's
+// long form: the takeover gave up after ten tries, in two seconds, and
+// failed the shard.)
+func TestTakeOverOutlastsAZombieStillCommitting(t *testing.T) {
+	c := newCluster(t, counter{})
+	zombies := consumertest.New(t, c.brokers.Etcd, c.journals, strings.TrimSuffix(c.root, "/")+"-zombie/", counter{})
+	z := zombies.Start("z1", "za")
+	spec := c.shardSpec("counts/shard-0", 0, "counts/in-0")
+	c.brokers.Journals(c.journals, 3, "counts/in-0", spec.RecoveryLog())
+	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := zombies.Client(z).Apply(context.Background(), &protocol.ShardApplyRequest{
+		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("apply: %v %v", resp, err)
+	}
+	p := c.publisher()
+	p.publish(t, "counts/in-0", &countMsg{Key: "a"})
+	statOf(t, zombies.Client(z), spec.ID, p.ends)
+
+	// Before each of the successor's first dozen attempts, the zombie
+	// commits once more, moving the log past what the successor played.
+	const zombieCommits = 12
+	reset := consumer.SetTakeOverHook(func(shard string, attempt int) {
+		if shard == spec.ID && attempt <= zombieCommits {
+			p.publish(t, "counts/in-0", &countMsg{Key: "a"})
+			statOf(t, zombies.Client(z), spec.ID, p.ends)
+		}
+	})
+	defer reset()
+	c.fleet.Start("c1", "zb")
+	c.applySpecs(spec)
+	c.stat(spec.ID, p.ends)
+	if got := c.counts(spec.ID, "a")["a"]; got != 1+zombieCommits {
+		t.Errorf("count of a = %d, want %d (each message once)", got, 1+zombieCommits)
+	}
+}
