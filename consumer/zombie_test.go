@@ -40,18 +40,7 @@ func (g *gated) FinalizeTxn(sh *consumer.Shard, st store.Store) error {
 func TestZombiePrimaryIsFenced(t *testing.T) {
 	zombieApp := &gated{armed: make(chan struct{}), reached: make(chan struct{}), release: make(chan struct{})}
 	c := newCluster(t, counter{})
-	zombies := consumertest.New(t, c.brokers.Etcd, c.journals, strings.TrimSuffix(c.root, "/")+"-zombie/", zombieApp)
-	z := zombies.Start("z1", "za")
-	spec := c.shardSpec("counts/shard-0", 0, "counts/in-0")
-	c.brokers.Journals(c.journals, 3, "counts/in-0", spec.RecoveryLog())
-	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := zombies.Client(z).Apply(context.Background(), &protocol.ShardApplyRequest{
-		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
-		t.Fatalf("apply: %v %v", resp, err)
-	}
+	zombies, z, spec := zombieOf(t, c, zombieApp)
 
 	p := c.publisher()
 	p.publish(t, "counts/in-0", &countMsg{Key: "a"}, &countMsg{Key: "a"})
@@ -117,18 +106,7 @@ func statOf(t *testing.T, sc protocol.ShardClient, shard string, readThrough map
 // failed the shard.)
 func TestTakeOverOutlastsAZombieStillCommitting(t *testing.T) {
 	c := newCluster(t, counter{})
-	zombies := consumertest.New(t, c.brokers.Etcd, c.journals, strings.TrimSuffix(c.root, "/")+"-zombie/", counter{})
-	z := zombies.Start("z1", "za")
-	spec := c.shardSpec("counts/shard-0", 0, "counts/in-0")
-	c.brokers.Journals(c.journals, 3, "counts/in-0", spec.RecoveryLog())
-	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := zombies.Client(z).Apply(context.Background(), &protocol.ShardApplyRequest{
-		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
-		t.Fatalf("apply: %v %v", resp, err)
-	}
+	zombies, z, spec := zombieOf(t, c, counter{})
 	p := c.publisher()
 	p.publish(t, "counts/in-0", &countMsg{Key: "a"})
 	statOf(t, zombies.Client(z), spec.ID, p.ends)
@@ -149,4 +127,24 @@ func TestTakeOverOutlastsAZombieStillCommitting(t *testing.T) {
 	if got := c.counts(spec.ID, "a")["a"]; got != 1+zombieCommits {
 		t.Errorf("count of a = %d, want %d (each message once)", got, 1+zombieCommits)
 	}
+}
+
+// zombieOf starts a process of another fleet (another etcd prefix) running
+// app, and gives it shard counts/shard-0 of c, so that nothing tells it of
+// a successor in c's fleet.
+func zombieOf(t *testing.T, c *cluster, app consumer.Application) (*consumertest.Fleet, *consumertest.Process, *consumer.ShardSpec) {
+	t.Helper()
+	zombies := consumertest.New(t, c.brokers.Etcd, c.journals, strings.TrimSuffix(c.root, "/")+"-zombie/", app)
+	z := zombies.Start("z1", "za")
+	spec := c.shardSpec("counts/shard-0", 0, "counts/in-0")
+	c.brokers.Journals(c.journals, 3, "counts/in-0", spec.RecoveryLog())
+	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := zombies.Client(z).Apply(context.Background(), &protocol.ShardApplyRequest{
+		Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw}}}); err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("apply: %v %v", resp, err)
+	}
+	return zombies, z, spec
 }
