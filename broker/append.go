@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
@@ -28,6 +29,9 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 	}
 	ctx := stream.Context()
 	spec, route, r := s.resolve(ctx, first.Journal, first.Header.GetRevision())
+	if err := s.require(ctx, auth.Append, first.Journal, spec); err != nil {
+		return err
+	}
 	hdr := s.header(route)
 	switch {
 	case spec == nil:
@@ -71,7 +75,7 @@ func (s *Server) proxyAppend(stream protocol.Journal_AppendServer, first *protoc
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
-	ctx, cancel := context.WithCancel(stream.Context())
+	ctx, cancel := context.WithCancel(auth.ForwardCaller(stream.Context()))
 	defer cancel()
 	out, err := protocol.NewJournalClient(conn).Append(ctx)
 	if err != nil {

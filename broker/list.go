@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -21,6 +22,11 @@ func (s *Server) List(ctx context.Context, req *protocol.ListRequest) (*protocol
 	if err := req.Validate(); err != nil {
 		return nil, protocol.InvalidArgument(err)
 	}
+	if s.cfg.Auth != nil {
+		if err := s.cfg.Auth.RequireAny(ctx, auth.List, "journal"); err != nil {
+			return nil, err
+		}
+	}
 	s.syncKeyspace(ctx)
 	sel, err := labels.ParseSelector(req.Selector)
 	if err != nil {
@@ -29,7 +35,8 @@ func (s *Server) List(ctx context.Context, req *protocol.ListRequest) (*protocol
 	_, journals := s.resolver.snapshot()
 	resp := &protocol.ListResponse{Status: protocol.Status_OK, Header: s.header(nil)}
 	for _, j := range journals {
-		if !sel.Matches(j.spec.LabelSetWithMeta()) {
+		set := j.spec.LabelSetWithMeta()
+		if !sel.Matches(set) || !s.cfg.Auth.Allows(ctx, auth.List, set) {
 			continue
 		}
 		resp.Journals = append(resp.Journals, &protocol.ListResponse_Journal{
@@ -49,6 +56,9 @@ func (s *Server) Apply(ctx context.Context, req *protocol.ApplyRequest) (*protoc
 	s.awaitRevision(ctx, 0)
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
+	if err := s.requireApply(ctx, req); err != nil {
+		return nil, err
+	}
 	for _, c := range req.Changes {
 		name := c.Delete
 		if c.Upsert != nil {
@@ -77,12 +87,38 @@ func (s *Server) Apply(ctx context.Context, req *protocol.ApplyRequest) (*protoc
 	return out, nil
 }
 
+// requireApply checks that the request may apply each of its changes: to
+// the journal as it is, and to its new spec, so that no one moves a
+// journal into or out of a selector that bounds them.
+func (s *Server) requireApply(ctx context.Context, req *protocol.ApplyRequest) error {
+	if s.cfg.Auth == nil {
+		return nil
+	}
+	for _, c := range req.Changes {
+		name := c.Delete
+		if c.Upsert != nil {
+			name = c.Upsert.Name
+			if err := s.require(ctx, auth.Apply, name, c.Upsert); err != nil {
+				return err
+			}
+		}
+		current, _, _ := s.resolve(ctx, name, 0)
+		if err := s.require(ctx, auth.Apply, name, current); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ListFragments lists a journal's fragments from a replica's index.
 func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsRequest) (*protocol.FragmentsResponse, error) {
 	if err := req.Validate(); err != nil {
 		return nil, protocol.InvalidArgument(err)
 	}
 	spec, route, r := s.resolve(ctx, req.Journal, req.Header.GetRevision())
+	if err := s.require(ctx, auth.Read, req.Journal, spec); err != nil {
+		return nil, err
+	}
 	hdr := s.header(route)
 	switch {
 	case spec == nil:
@@ -95,7 +131,7 @@ func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsReque
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 		req.Header, req.DoNotProxy = hdr, true
-		return protocol.NewJournalClient(conn).ListFragments(ctx, req)
+		return protocol.NewJournalClient(conn).ListFragments(auth.ForwardCaller(ctx), req)
 	}
 	if err := r.awaitReady(ctx); err != nil {
 		return nil, err

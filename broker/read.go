@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -47,6 +48,9 @@ func (s *Server) serveRead(req *protocol.ReadRequest, stream protocol.Journal_Re
 	}
 	ctx := stream.Context()
 	spec, route, r := s.resolve(ctx, req.Journal, req.Header.GetRevision())
+	if err := s.require(ctx, auth.Read, req.Journal, spec); err != nil {
+		return err
+	}
 	hdr := s.header(route)
 	switch {
 	case spec == nil:
@@ -81,7 +85,7 @@ func (s *Server) proxyRead(req *protocol.ReadRequest, stream protocol.Journal_Re
 		return err
 	}
 	req.Header, req.DoNotProxy = s.header(route), true
-	in, err := protocol.NewJournalClient(conn).Read(stream.Context(), req)
+	in, err := protocol.NewJournalClient(conn).Read(auth.ForwardCaller(stream.Context()), req)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -23,6 +24,9 @@ func (s *Server) Replicate(stream protocol.Journal_ReplicateServer) error {
 		return protocol.InvalidArgument(err)
 	}
 	ctx := stream.Context()
+	if err := s.requireReplicate(ctx, first.Journal); err != nil {
+		return err
+	}
 	r, hdr, status := s.localReplica(ctx, first.Journal, first.Header)
 	if status != protocol.Status_OK {
 		return stream.Send(&protocol.ReplicateResponse{Status: status, Header: hdr})
@@ -166,4 +170,11 @@ func (r *replica) maybeSync() error {
 	}
 	s := r.spool()
 	return r.syncer.Sync(s.Sync)
+}
+
+// requireReplicate checks that a pipeline comes from a holder of
+// REPLICATE: a broker, with its own token.
+func (s *Server) requireReplicate(ctx context.Context, journal string) error {
+	spec, _, _ := s.resolve(ctx, journal, 0)
+	return s.require(ctx, auth.Replicate, journal, spec)
 }

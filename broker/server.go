@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/internal/connpool"
@@ -60,7 +61,12 @@ type Config struct {
 	// brokers (which are plaintext by default): transport credentials, for
 	// TLS.
 	DialOptions []grpc.DialOption
-	Logger      *slog.Logger
+	// Auth checks the capabilities of each request's token, if set; its
+	// ServerOptions must be those of the gRPC server the broker is
+	// registered with. The broker's own token, for its peers, is one of
+	// DialOptions (see auth.DialOptions).
+	Auth   *auth.Authorizer
+	Logger *slog.Logger
 
 	// peersChecked, if set, is called after each check of the peers, with
 	// their number and whether one was reached (for tests).
@@ -685,3 +691,17 @@ func protoFragment(f fragment.Fragment) *protocol.Fragment {
 // its spools recovered, announced under its own lease, not draining —
 // and otherwise why not: what its admin endpoint's /readyz reports.
 func (s *Server) Ready() error { return s.lifecycle.Ready() }
+
+// require fails with PermissionDenied unless ctx's request may do want to
+// the journal: checked against its spec's labels, or its name alone if it
+// has no spec, so that a caller learns nothing of journals outside its
+// token's selector, not even whether they exist.
+func (s *Server) require(ctx context.Context, want auth.Capability, journal string, spec *protocol.JournalSpec) error {
+	if s.cfg.Auth == nil {
+		return nil
+	}
+	if spec == nil {
+		spec = &protocol.JournalSpec{Name: journal}
+	}
+	return s.cfg.Auth.Require(ctx, want, "journal", journal, spec.LabelSetWithMeta())
+}

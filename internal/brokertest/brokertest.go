@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/etcdtest"
@@ -45,6 +47,11 @@ type Cluster struct {
 	// Client's: TLS, say. Set them before Start.
 	ServerOptions []grpc.ServerOption
 	DialOptions   []grpc.DialOption
+	// Auth, if set, checks the tokens of the brokers' requests, and
+	// Token is then the brokers' own, for each other. Set them before
+	// Start.
+	Auth  *auth.Authorizer
+	Token auth.TokenSource
 }
 
 // KeepUnder puts the brokers' spools and the fragment store in fresh
@@ -115,11 +122,12 @@ func (c *Cluster) run(name, dir, addr string) *Broker {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(append(rpcbuf.ServerOptions(), c.ServerOptions...)...),
+	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(slices.Concat(rpcbuf.ServerOptions(), c.ServerOptions, c.Auth.ServerOptions())...),
 		drain: make(chan struct{}), done: make(chan error, 1)}
 	srv, err := broker.New(broker.Config{Etcd: c.Etcd, Root: c.Root, Zone: "z" + name, Suffix: name,
 		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: 3 * time.Second,
-		DrainTimeout: drainTimeout, DialOptions: c.DialOptions, Logger: quiet})
+		DrainTimeout: drainTimeout, DialOptions: append(slices.Clip(c.DialOptions), auth.DialOptions(c.Token)...),
+		Auth: c.Auth, Logger: quiet})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -176,7 +184,15 @@ func (c *Cluster) Stop(b *Broker) {
 // ends.
 func (c *Cluster) Client(b *Broker) *client.Client {
 	c.t.Helper()
-	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint, DialOptions: c.DialOptions})
+	return c.ClientWith(b, c.Token)
+}
+
+// ClientWith returns a client whose default broker is b, sending token
+// (if not nil) with its requests, closed when the test ends.
+func (c *Cluster) ClientWith(b *Broker, token auth.TokenSource) *client.Client {
+	c.t.Helper()
+	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint,
+		DialOptions: append(slices.Clip(c.DialOptions), auth.DialOptions(token)...)})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -1,0 +1,103 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// A TokenSource gives the token a client sends with each RPC.
+type TokenSource interface {
+	Token() (string, error)
+}
+
+// StaticToken is a token given once, as by --token or QUIRE_TOKEN.
+type StaticToken string
+
+// Token returns t.
+func (t StaticToken) Token() (string, error) { return string(t), nil }
+
+// tokenFile is a token read from a file, read again when it changes.
+type tokenFile struct{ w *watched[string] }
+
+// TokenFile returns the token held in the file at path (less surrounding
+// white space), read again when the file changes, checked at most once a
+// second: a sidecar that renews tokens rewrites the file, and clients
+// send the new token from then on.
+func TokenFile(path string) (TokenSource, error) {
+	w, err := watch(path, "token file", parseToken)
+	if err != nil {
+		return nil, err
+	}
+	return tokenFile{w}, nil
+}
+
+func parseToken(data []byte) (string, error) {
+	t := strings.TrimSpace(string(data))
+	switch {
+	case t == "":
+		return "", errors.New("the file is empty")
+	case strings.ContainsAny(t, " \t\r\n"):
+		return "", errors.New("the file holds more than one token, or white space within one")
+	}
+	return t, nil
+}
+
+func (f tokenFile) Token() (string, error) {
+	t, _ := f.w.get()
+	return t, nil
+}
+
+// DialOptions are the gRPC dial options that send src's token with every
+// RPC: none for a nil src.
+func DialOptions(src TokenSource) []grpc.DialOption {
+	if src == nil {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithPerRPCCredentials(bearerCredentials{src})}
+}
+
+// bearerCredentials send a token as "authorization: Bearer TOKEN": the
+// token of the caller a call is forwarded for, if it is (see
+// ForwardCaller), and otherwise the source's.
+type bearerCredentials struct{ src TokenSource }
+
+func (b bearerCredentials) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	token, forwarded := ctx.Value(forwardKey{}).(string)
+	if !forwarded {
+		var err error
+		if token, err = b.src.Token(); err != nil {
+			return nil, err
+		}
+	}
+	if token == "" {
+		return nil, nil
+	}
+	return map[string]string{"authorization": "Bearer " + token}, nil
+}
+
+// RequireTransportSecurity is false so that tokens work on the plaintext
+// connections of development, too; over a network, use TLS with them.
+func (bearerCredentials) RequireTransportSecurity() bool { return false }
+
+var _ credentials.PerRPCCredentials = bearerCredentials{}
+
+type forwardKey struct{}
+
+// ForwardCaller returns ctx for a call that a server makes on behalf of
+// the caller of ctx's request (a broker proxying a read or an append to a
+// journal's primary): the call carries the caller's token, and not the
+// server's own, so that the peer authorizes the caller. A caller without
+// a token is forwarded without one, so that a proxy never lends a caller
+// its own rights.
+func ForwardCaller(ctx context.Context) context.Context {
+	token := CallerToken(ctx)
+	if _, ok := ctx.Value(principalKey{}).(principal); !ok {
+		// The server does not check tokens: pass on whatever the caller sent.
+		token, _ = bearer(ctx)
+	}
+	return context.WithValue(ctx, forwardKey{}, token)
+}

@@ -1,0 +1,266 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/quire-dev/quire/auth"
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/authtest"
+	"github.com/quire-dev/quire/internal/brokertest"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// authFleet is three brokers that check tokens, with a journal of app
+// orders and one of app billing, each at replication 3.
+type authFleet struct {
+	c     *brokertest.Cluster
+	key   *authtest.Key
+	admin string
+	// entry is a broker that is not orders/a's primary: appends through it
+	// are proxied.
+	entry *brokertest.Broker
+}
+
+func newAuthFleet(t *testing.T) *authFleet {
+	key := authtest.NewKey(t)
+	c := brokertest.New(t)
+	c.Auth = key.Authorizer()
+	c.Token = auth.StaticToken(key.Token("brokers", authtest.Broker, "", time.Hour))
+	for _, n := range []string{"a", "b", "c"} {
+		c.Start(n)
+	}
+	f := &authFleet{c: c, key: key, admin: key.Token("admin", authtest.All, "", time.Hour)}
+	admin := c.ClientWith(c.Brokers["a"], auth.StaticToken(f.admin))
+	c.Apply(admin,
+		&protocol.JournalSpec{Name: "orders/a", Replication: 3, Labels: []*protocol.Label{{Name: "app", Value: "orders"}}},
+		&protocol.JournalSpec{Name: "billing/b", Replication: 3, Labels: []*protocol.Label{{Name: "app", Value: "billing"}}})
+	resp, err := admin.List(context.Background(), &protocol.ListRequest{Selector: "name=orders/a"})
+	if err != nil || len(resp.Journals) != 1 {
+		t.Fatalf("List: %v %v", resp, err)
+	}
+	primary := resp.Journals[0].Route.Members[0].Suffix
+	for n, b := range c.Brokers {
+		if n != primary {
+			f.entry = b
+		}
+	}
+	return f
+}
+
+// conn dials b, sending token with every request ("" for none).
+func conn(t *testing.T, b *brokertest.Broker, token string) protocol.JournalClient {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if token != "" {
+		opts = append(opts, auth.DialOptions(auth.StaticToken(token))...)
+	}
+	cc, err := grpc.NewClient(b.Endpoint, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return protocol.NewJournalClient(cc)
+}
+
+// rpcs calls each of the Journal service's RPCs on orders/a, and returns
+// its error: nil, or a gRPC status. An allowed call may still fail
+// otherwise (a Replicate from no real primary, say); only
+// Unauthenticated and PermissionDenied mean it was refused.
+var rpcs = []struct {
+	name string
+	want auth.Capability
+	call func(ctx context.Context, jc protocol.JournalClient) error
+}{
+	{"List", auth.List, func(ctx context.Context, jc protocol.JournalClient) error {
+		resp, err := jc.List(ctx, &protocol.ListRequest{Selector: "name=orders/a"})
+		if err == nil && len(resp.Journals) == 0 {
+			// A List is never refused for its selector: it answers
+			// only what the token may list. Not seeing orders/a is
+			// its refusal.
+			err = status.Error(codes.PermissionDenied, "orders/a is not listed")
+		}
+		return err
+	}},
+	{"Apply", auth.Apply, func(ctx context.Context, jc protocol.JournalClient) error {
+		_, err := jc.Apply(ctx, &protocol.ApplyRequest{Changes: []*protocol.ApplyRequest_Change{{ExpectModRevision: 0,
+			Upsert: &protocol.JournalSpec{Name: "orders/a", Replication: 3, Labels: []*protocol.Label{{Name: "app", Value: "orders"}}}}}})
+		return err
+	}},
+	{"Read", auth.Read, func(ctx context.Context, jc protocol.JournalClient) error {
+		s, err := jc.Read(ctx, &protocol.ReadRequest{Journal: "orders/a"})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		return err
+	}},
+	{"Append", auth.Append, func(ctx context.Context, jc protocol.JournalClient) error {
+		s, err := jc.Append(ctx)
+		if err == nil {
+			s.Send(&protocol.AppendRequest{Journal: "orders/a"})
+			s.Send(&protocol.AppendRequest{Content: []byte("order\n")})
+			s.Send(&protocol.AppendRequest{})
+			_, err = s.CloseAndRecv()
+		}
+		return err
+	}},
+	{"ListFragments", auth.Read, func(ctx context.Context, jc protocol.JournalClient) error {
+		_, err := jc.ListFragments(ctx, &protocol.FragmentsRequest{Journal: "orders/a"})
+		return err
+	}},
+	{"Replicate", auth.Replicate, func(ctx context.Context, jc protocol.JournalClient) error {
+		s, err := jc.Replicate(ctx)
+		if err == nil {
+			route := &protocol.Route{Members: []*protocol.ProcessID{{Zone: "zx", Suffix: "x"}, {Zone: "zy", Suffix: "y"}},
+				Endpoints: []string{"127.0.0.1:1", "127.0.0.1:2"}}
+			s.Send(&protocol.ReplicateRequest{Header: &protocol.Header{Route: route}, Journal: "orders/a",
+				Proposal: &protocol.Fragment{Journal: "orders/a"}})
+			_, err = s.Recv()
+			s.CloseSend()
+		}
+		return err
+	}},
+}
+
+// The table the issue asks for: every RPC, with the capability and a
+// matching selector, and without each part of a valid token.
+func TestEveryRPCChecksItsCapability(t *testing.T) {
+	f := newAuthFleet(t)
+	other := authtest.NewKey(t)
+	pub, err := os.ReadFile(f.key.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rpc := range rpcs {
+		granted := f.key.Token("w", rpc.want, "app=orders", time.Hour)
+		parts := strings.Split(granted, ".")
+		wider := strings.Split(other.Token("w", authtest.All, "", time.Hour), ".")
+		cases := []struct {
+			name, token string
+			want        codes.Code // codes.OK for allowed.
+		}{
+			{"granted", granted, codes.OK},
+			{"by name prefix", f.key.Token("w", rpc.want, "prefix=orders/", time.Hour), codes.OK},
+			{"lacking the capability", f.key.Token("w", authtest.All&^rpc.want, "app=orders", time.Hour), codes.PermissionDenied},
+			{"outside the selector", f.key.Token("w", rpc.want, "app=billing", time.Hour), codes.PermissionDenied},
+			{"expired", f.key.Token("w", rpc.want, "app=orders", -time.Hour), codes.Unauthenticated},
+			{"unknown key", other.Token("w", rpc.want, "app=orders", time.Hour), codes.Unauthenticated},
+			{"tampered", parts[0] + "." + wider[1] + "." + parts[2], codes.Unauthenticated},
+			{"alg none", unsigned(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType), codes.Unauthenticated},
+			{"HMAC keyed by the public key", unsigned(t, jwt.SigningMethodHS256, pub), codes.Unauthenticated},
+			{"no token", "", codes.Unauthenticated},
+		}
+		for _, tc := range cases {
+			t.Run(rpc.name+"/"+tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				err := rpc.call(ctx, conn(t, f.entry, tc.token))
+				got := status.Code(err)
+				refused := got == codes.Unauthenticated || got == codes.PermissionDenied
+				switch {
+				case tc.want == codes.OK && refused:
+					t.Fatalf("refused: %v", err)
+				case tc.want != codes.OK && got != tc.want:
+					t.Fatalf("error %v, want %s", err, tc.want)
+				case refused && strings.Contains(status.Convert(err).Message(), tc.token) && tc.token != "":
+					t.Fatalf("the error %q quotes the token", err)
+				}
+			})
+		}
+	}
+}
+
+// unsigned returns a token granting everything, signed by method with key:
+// a forgery no trusting server may accept.
+func unsigned(t *testing.T, method jwt.SigningMethod, key any) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(method, jwt.MapClaims{"sub": "forger", "cap": authtest.All.Names(),
+		"exp": time.Now().Add(time.Hour).Unix()}).SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A List answers only what the token may list, and says nothing of the
+// rest.
+func TestListAnswersOnlyTheSelector(t *testing.T) {
+	f := newAuthFleet(t)
+	jc := conn(t, f.entry, f.key.Token("w", auth.List, "app=orders", time.Hour))
+	resp, err := jc.List(context.Background(), &protocol.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range resp.Journals {
+		names = append(names, j.Spec.Name)
+	}
+	if strings.Join(names, " ") != "orders/a" {
+		t.Fatalf("List answered %q, want only orders/a", names)
+	}
+}
+
+// Apply checks both the journal as it is and its new spec: a token for
+// app orders can neither take over billing's journal by relabelling it,
+// nor move its own journal out of its selector.
+func TestApplyChecksOldAndNewLabels(t *testing.T) {
+	f := newAuthFleet(t)
+	jc := conn(t, f.entry, f.key.Token("w", auth.Apply, "app=orders", time.Hour))
+	for _, spec := range []*protocol.JournalSpec{
+		{Name: "billing/b", Replication: 3, Labels: []*protocol.Label{{Name: "app", Value: "orders"}}},
+		{Name: "orders/a", Replication: 3, Labels: []*protocol.Label{{Name: "app", Value: "billing"}}},
+	} {
+		_, err := jc.Apply(context.Background(), &protocol.ApplyRequest{Changes: []*protocol.ApplyRequest_Change{
+			{ExpectModRevision: 0, Upsert: spec}}})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("Apply of %s labelled %v: %v, want PermissionDenied", spec.Name, spec.Labels, err)
+		}
+	}
+	_, err := jc.Apply(context.Background(), &protocol.ApplyRequest{Changes: []*protocol.ApplyRequest_Change{{Delete: "billing/b", ExpectModRevision: 1}}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Apply deleting billing/b: %v, want PermissionDenied", err)
+	}
+}
+
+// With authorization on, a journal at replication 3 takes appends through
+// a broker that proxies them to its primary (as the caller), replicates
+// them (with the brokers' own token), and reads them back.
+func TestProxiedAppendAndReplicationWithTokens(t *testing.T) {
+	f := newAuthFleet(t)
+	writer := f.c.ClientWith(f.entry, auth.StaticToken(f.key.Token("orders-writer", auth.Append|auth.Read|auth.List, "app=orders", time.Hour)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	jc := conn(t, f.entry, f.key.Token("orders-writer", auth.Append, "app=orders", time.Hour))
+	for i := range 3 {
+		s, err := jc.Append(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Send(&protocol.AppendRequest{Journal: "orders/a"})
+		s.Send(&protocol.AppendRequest{Content: []byte("order\n")})
+		s.Send(&protocol.AppendRequest{})
+		resp, err := s.CloseAndRecv()
+		if err != nil || resp.Status != protocol.Status_OK {
+			t.Fatalf("proxied append %d: %v %v", i, resp, err)
+		}
+	}
+	r := writer.NewReader(ctx, client.ReadRequest{Journal: "orders/a", EndOffset: 18, Block: true})
+	got, err := io.ReadAll(r)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if string(got) != "order\norder\norder\n" {
+		t.Fatalf("read %q", got)
+	}
+}

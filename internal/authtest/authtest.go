@@ -1,0 +1,83 @@
+// Package authtest makes the keys and tokens of authorization tests: an
+// Ed25519 key pair in a temporary directory, and tokens it signs.
+package authtest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/quire-dev/quire/auth"
+	"github.com/quire-dev/quire/labels"
+)
+
+// Key is an Ed25519 key pair in files.
+type Key struct {
+	t testing.TB
+	// Private and Public are the paths of the PEM files.
+	Private, Public string
+	signer          auth.SigningKey
+}
+
+// NewKey writes a new key pair into a temporary directory.
+func NewKey(t testing.TB) *Key {
+	t.Helper()
+	priv, pub, err := auth.GenerateEd25519()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	k := &Key{t: t, Private: filepath.Join(dir, "key.key"), Public: filepath.Join(dir, "key.pub")}
+	if err := os.WriteFile(k.Private, priv, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(k.Public, pub, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if k.signer, err = auth.LoadSigningKey(k.Private); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// Authorizer returns an Authorizer that trusts k.
+func (k *Key) Authorizer() *auth.Authorizer {
+	k.t.Helper()
+	a, err := auth.New(auth.Config{Keys: []string{k.Public}})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return a
+}
+
+// Token mints a token for subject, granting caps over what sel (a
+// selector's text) matches, valid for ttl from now (expired for a
+// negative ttl).
+func (k *Key) Token(subject string, caps auth.Capability, sel string, ttl time.Duration) string {
+	k.t.Helper()
+	s, err := labels.ParseSelector(sel)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	now := time.Now()
+	iat := now
+	if ttl < 0 {
+		iat = now.Add(2 * ttl)
+	}
+	tok, err := k.signer.Mint(auth.Claims{
+		RegisteredClaims: jwt.RegisteredClaims{Subject: subject, IssuedAt: jwt.NewNumericDate(iat), ExpiresAt: jwt.NewNumericDate(now.Add(ttl))},
+		Capability:       caps, Selector: s})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return tok
+}
+
+// All is every capability Quire checks.
+const All = auth.List | auth.Read | auth.Append | auth.Apply | auth.Replicate | auth.Stat | auth.Unassign
+
+// Broker is the capability of a broker's own token.
+const Broker = auth.Replicate | auth.Read | auth.List
