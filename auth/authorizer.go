@@ -59,8 +59,18 @@ func New(cfg Config) (*Authorizer, error) {
 
 // principal is who made a request, as the interceptors found it.
 type principal struct {
-	claims *Claims // nil for a request without a token, accepted in rollout mode.
-	token  string
+	claims   *Claims // nil for a request without a token, accepted in rollout mode.
+	token    string
+	internal bool // the server's own call, made in-process (see Internal).
+}
+
+// Internal returns ctx for a call that a server makes to its own handlers
+// in-process, with all rights, on its own behalf rather than its
+// caller's: an application's RPC that lists the application's shards to
+// find where its answer is, say, whatever the caller may list. Requests
+// from the network never carry it.
+func Internal(ctx context.Context) context.Context {
+	return context.WithValue(ctx, principalKey{}, principal{internal: true})
 }
 
 type principalKey struct{}
@@ -167,7 +177,7 @@ func (a *Authorizer) Require(ctx context.Context, want Capability, kind, name st
 		// A handler reached without the interceptors: fail closed.
 		return status.Errorf(codes.Unauthenticated, "the server did not authenticate this request to %s %s", kind, name)
 	case p.claims == nil:
-		return nil // rollout mode, logged by authenticate.
+		return nil // Internal, or rollout mode (logged by authenticate).
 	case !p.claims.Capability.Has(want):
 		denyPermission(p.claims, want, kind, name, "capability")
 		return status.Errorf(codes.PermissionDenied, "the token of %q lacks %s on %s %s (it holds %s)", p.claims.Subject, want, kind, name, p.claims.Capability)

@@ -32,6 +32,10 @@ const (
 	Unassign
 )
 
+// All is every capability Quire's servers check: an operator's, or a
+// development cluster's own.
+const All = List | Read | Append | Apply | Replicate | Stat | Unassign
+
 // FirstApplicationBit is the lowest bit left to applications: bits
 // FirstApplicationBit to 31 are theirs, written APP16 to APP31, for an
 // application's own RPCs to check with Require.

@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/quire-dev/quire/labels"
 )
 
 // A TokenSource gives the token a client sends with each RPC.
@@ -94,10 +100,53 @@ type forwardKey struct{}
 // a token is forwarded without one, so that a proxy never lends a caller
 // its own rights.
 func ForwardCaller(ctx context.Context) context.Context {
-	token := CallerToken(ctx)
-	if _, ok := ctx.Value(principalKey{}).(principal); !ok {
+	p, ok := ctx.Value(principalKey{}).(principal)
+	token := p.token
+	switch {
+	case p.internal:
+		return ctx // The server's own call: its own token.
+	case !ok:
 		// The server does not check tokens: pass on whatever the caller sent.
 		token, _ = bearer(ctx)
 	}
 	return context.WithValue(ctx, forwardKey{}, token)
+}
+
+// minted is a TokenSource that mints its own tokens.
+type minted struct {
+	key     SigningKey
+	subject string
+	caps    Capability
+	sel     labels.Selector
+	ttl     time.Duration
+
+	mu      sync.Mutex
+	token   string
+	renewAt time.Time
+}
+
+// Minted returns a TokenSource that mints tokens with key for subject,
+// granting caps over what sel matches, each valid for ttl and replaced
+// once half of it has passed: the own token of a process that holds the
+// signing key, such as quire dev.
+func Minted(key SigningKey, subject string, caps Capability, sel labels.Selector, ttl time.Duration) TokenSource {
+	return &minted{key: key, subject: subject, caps: caps, sel: sel, ttl: ttl}
+}
+
+func (m *minted) Token() (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if m.token != "" && now.Before(m.renewAt) {
+		return m.token, nil
+	}
+	t, err := m.key.Mint(Claims{
+		RegisteredClaims: jwt.RegisteredClaims{Subject: m.subject, IssuedAt: jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(m.ttl))},
+		Capability: m.caps, Selector: m.sel})
+	if err != nil {
+		return "", err
+	}
+	m.token, m.renewAt = t, now.Add(m.ttl/2)
+	return t, nil
 }

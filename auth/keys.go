@@ -127,7 +127,7 @@ func LoadSigningKey(path string) (SigningKey, error) {
 	case err != nil:
 		return SigningKey{}, fmt.Errorf("signing key %s: %w", path, err)
 	case len(keys) != 1 || keys[0].sign == nil:
-		return SigningKey{}, fmt.Errorf("signing key %s: want one private key or one HMAC secret, found %d public keys", path, len(keys))
+		return SigningKey{}, fmt.Errorf("signing key %s: want one private key or one HMAC secret; it holds %d public key(s), which only verify", path, len(keys))
 	}
 	return SigningKey{keys[0]}, nil
 }

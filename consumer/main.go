@@ -18,6 +18,7 @@ import (
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/admin"
+	"github.com/quire-dev/quire/internal/authflag"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/hostport"
@@ -151,6 +152,7 @@ type serveFlags struct {
 	leaseTTL, unassignFailed   time.Duration
 	drainTimeout               time.Duration
 	tls, etcdTLS               tlsconfig.Files
+	auth                       authflag.Server
 }
 
 // envDuration is the duration in environment variable name, or zero if it
@@ -230,6 +232,7 @@ fail over when its lease expires.`,
 		"how long a drain waits for other processes to take the process's shard replicas; then those left fail over at once (0: wait as long as it takes)")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the process (to its clients, and to brokers and other processes as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the process's etcd client")
+	f.auth.AddFlags(fl, "the process")
 	return cmd
 }
 
@@ -298,6 +301,9 @@ func (f *serveFlags) validate() error {
 	if err := f.etcdTLS.Validate(); err != nil {
 		return usagef("%s: %w", tlsconfig.Flags("etcd"), err)
 	}
+	if err := f.auth.Validate(); err != nil {
+		return UsageError{err}
+	}
 	return nil
 }
 
@@ -363,6 +369,15 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	authz, err := f.auth.Authorizer()
+	if err != nil {
+		return UsageError{err}
+	}
+	tokenOpts, err := f.auth.DialOptions()
+	if err != nil {
+		return UsageError{err}
+	}
+	serverOpts, dialOpts = append(serverOpts, authz.ServerOptions()...), append(dialOpts, tokenOpts...)
 	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("--etcd: %w (is quire dev running?)", err)
@@ -375,7 +390,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	defer journals.Close()
 	srv, err := New(Config{App: app, Etcd: etcd, Journals: journals, Root: f.prefix,
 		Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise, Dir: f.dir, Limit: f.limit,
-		LeaseTTL: f.leaseTTL, UnassignFailedAfter: f.unassignFailed, DrainTimeout: f.drainTimeout, DialOptions: dialOpts, Logger: slog.Default()})
+		LeaseTTL: f.leaseTTL, UnassignFailedAfter: f.unassignFailed, DrainTimeout: f.drainTimeout, DialOptions: dialOpts, Auth: authz, Logger: slog.Default()})
 	if err != nil {
 		return UsageError{err}
 	}
@@ -394,7 +409,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	defer stop()
 	slog.Info("consumer serving", "process", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),
 		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "broker", f.broker, "dir", f.dir,
-		"tls", !f.tls.IsZero(), "mutualTLS", f.tls.CA != "")
+		"tls", !f.tls.IsZero(), "mutualTLS", f.tls.CA != "", "auth", authz != nil, "authRollout", f.auth.Rollout)
 	err = Serve(ctx, drain, srv, gs, lis)
 	switch {
 	case err == nil:

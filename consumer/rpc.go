@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -19,6 +20,9 @@ import (
 // List lists the shards that a selector selects, with their replicas and
 // whether each replica's process is alive (see liveness).
 func (s *Server) List(ctx context.Context, req *protocol.ShardListRequest) (*protocol.ShardListResponse, error) {
+	if err := s.cfg.Auth.RequireAny(ctx, auth.List, "shard"); err != nil {
+		return nil, err
+	}
 	sel, err := labels.ParseSelector(req.Selector)
 	if err != nil {
 		return nil, protocol.InvalidArgument(fmt.Errorf("selector: %w", err))
@@ -30,7 +34,8 @@ func (s *Server) List(ctx context.Context, req *protocol.ShardListRequest) (*pro
 	var items []allocator.ItemKV
 	var assignments []allocator.AssignmentKV
 	for _, it := range state.Items {
-		if sel.Matches(it.Value.(*ShardSpec).LabelSetWithMeta()) {
+		set := it.Value.(*ShardSpec).LabelSetWithMeta()
+		if sel.Matches(set) && s.cfg.Auth.Allows(ctx, auth.List, set) {
 			items = append(items, it)
 			assignments = append(assignments, state.ItemAssignments(it.ID)...)
 		}
@@ -85,6 +90,9 @@ func (s *Server) Stat(ctx context.Context, req *protocol.ShardStatRequest) (*pro
 	if err := s.awaitRevision(ctx, req.Header.GetRevision()); err != nil {
 		return nil, err
 	}
+	if err := s.Require(ctx, auth.Stat, req.Shard); err != nil {
+		return nil, err
+	}
 	res, err := s.Resolve(ctx, req.Shard)
 	if st, ok := resolveStatus(err); ok {
 		return &protocol.ShardStatResponse{Status: st, Header: res.Header}, nil
@@ -102,7 +110,7 @@ func (s *Server) Stat(ctx context.Context, req *protocol.ShardStatRequest) (*pro
 		}
 		fwd := &protocol.ShardStatRequest{Shard: req.Shard, ReadThrough: req.ReadThrough,
 			Header: s.header(), DoNotProxy: true}
-		return protocol.NewShardClient(conn).Stat(ctx, fwd)
+		return protocol.NewShardClient(conn).Stat(auth.ForwardCaller(ctx), fwd)
 	}
 	r := s.resolver.replica(req.Shard)
 	if r == nil {
@@ -178,6 +186,9 @@ func (s *Server) Apply(ctx context.Context, req *protocol.ShardApplyRequest) (*p
 		return nil, protocol.InvalidArgument(err)
 	}
 	if err := s.awaitRevision(ctx, 0); err != nil {
+		return nil, err
+	}
+	if err := s.requireApply(ctx, req); err != nil {
 		return nil, err
 	}
 	resp, err := s.cfg.Etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
@@ -260,6 +271,9 @@ func (s *Server) GetHints(ctx context.Context, req *protocol.GetHintsRequest) (*
 	if err := s.awaitRevision(ctx, 0); err != nil {
 		return nil, err
 	}
+	if err := s.Require(ctx, auth.Stat, req.Shard); err != nil {
+		return nil, err
+	}
 	state, _ := s.resolver.snapshot()
 	i := state.ItemIndex(req.Shard)
 	if i < 0 {
@@ -320,6 +334,13 @@ func (s *Server) Unassign(ctx context.Context, req *protocol.UnassignRequest) (*
 	for _, id := range req.Shards {
 		want[id] = true
 	}
+	for _, it := range state.Items {
+		if len(want) == 0 || want[it.ID] {
+			if err := s.Require(ctx, auth.Unassign, it.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
 	var shards []string
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
@@ -354,4 +375,52 @@ func (s *Server) Unassign(ctx context.Context, req *protocol.UnassignRequest) (*
 	}
 	out.Header = s.header()
 	return out, nil
+}
+
+// Require fails with PermissionDenied unless ctx's request may do want to
+// the shard: checked against its spec's labels, or its ID alone if it has
+// no spec, so that a caller learns nothing of shards outside its token's
+// selector. Applications' own RPCs, served beside the Shard service, check
+// their callers with it too.
+func (s *Server) Require(ctx context.Context, want auth.Capability, shard string) error {
+	if s.cfg.Auth == nil {
+		return nil
+	}
+	return s.cfg.Auth.Require(ctx, want, "shard", shard, s.shardLabels(shard))
+}
+
+// shardLabels are the labels, with meta-labels, of the shard's spec as the
+// process knows it, or of its ID alone.
+func (s *Server) shardLabels(id string) labels.Set {
+	state, _ := s.resolver.snapshot()
+	if i := state.ItemIndex(id); i >= 0 {
+		return state.Items[i].Value.(*ShardSpec).LabelSetWithMeta()
+	}
+	return (&ShardSpec{ID: id}).LabelSetWithMeta()
+}
+
+// requireApply checks that the request may apply each of its changes: to
+// the shard as it is, and to its new spec, so that no one moves a shard
+// into or out of a selector that bounds them.
+func (s *Server) requireApply(ctx context.Context, req *protocol.ShardApplyRequest) error {
+	if s.cfg.Auth == nil {
+		return nil
+	}
+	for _, c := range req.Changes {
+		id := c.Delete
+		if c.Delete == "" {
+			spec, err := UnmarshalShardSpec(c.Upsert)
+			if err != nil {
+				return protocol.InvalidArgument(err)
+			}
+			id = spec.ID
+			if err := s.cfg.Auth.Require(ctx, auth.Apply, "shard", id, spec.LabelSetWithMeta()); err != nil {
+				return err
+			}
+		}
+		if err := s.Require(ctx, auth.Apply, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }

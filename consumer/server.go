@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/connpool"
 	"github.com/quire-dev/quire/keyspace"
@@ -82,7 +83,12 @@ type Config struct {
 	// other consumer processes (which are plaintext by default):
 	// transport credentials, for TLS.
 	DialOptions []grpc.DialOption
-	Logger      *slog.Logger
+	// Auth checks the capabilities of each request's token, if set; its
+	// ServerOptions must be those of the gRPC server the process serves
+	// on. The process's own token, for brokers and its peers, is one of
+	// DialOptions (and of Journals's).
+	Auth   *auth.Authorizer
+	Logger *slog.Logger
 }
 
 func (c *Config) validate() error {

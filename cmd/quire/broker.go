@@ -17,6 +17,7 @@ import (
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/internal/admin"
+	"github.com/quire-dev/quire/internal/authflag"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/hostport"
@@ -43,6 +44,7 @@ type brokerFlags struct {
 	limit                      int
 	lease, isolation, drain    time.Duration
 	tls, etcdTLS               tlsconfig.Files
+	auth                       authflag.Server
 }
 
 // envOr is the value of environment variable name, or def if it is unset
@@ -96,6 +98,7 @@ fail over when its lease expires.`,
 	f.admin.AddFlags(fl, "")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the broker's etcd client")
+	f.auth.AddFlags(fl, "the broker")
 	return cmd
 }
 
@@ -154,6 +157,9 @@ func (f *brokerFlags) validate() error {
 	if err := f.etcdTLS.Validate(); err != nil {
 		return usagef("%s: %w", tlsconfig.Flags("etcd"), err)
 	}
+	if err := f.auth.Validate(); err != nil {
+		return usageError{err}
+	}
 	return nil
 }
 
@@ -203,6 +209,15 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	if err != nil {
 		return err
 	}
+	authz, err := f.auth.Authorizer()
+	if err != nil {
+		return usageError{err}
+	}
+	tokenOpts, err := f.auth.DialOptions()
+	if err != nil {
+		return usageError{err}
+	}
+	serverOpts, dialOpts = append(serverOpts, authz.ServerOptions()...), append(dialOpts, tokenOpts...)
 	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("--etcd: %w", err)
@@ -211,7 +226,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	srv, err := broker.New(broker.Config{
 		Etcd: etcd, Root: f.prefix, Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise,
 		Dir: f.dir, DefaultStore: f.store, Limit: f.limit, LeaseTTL: f.lease, DialOptions: dialOpts,
-		DrainTimeout: f.drain, IsolationTimeout: f.isolation, Logger: slog.Default(),
+		DrainTimeout: f.drain, IsolationTimeout: f.isolation, Auth: authz, Logger: slog.Default(),
 	})
 	if err != nil {
 		return usageError{err}
@@ -230,7 +245,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	defer stop()
 	slog.Info("broker serving", "broker", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),
 		"advertise", f.advertise, "etcd", f.etcd, "prefix", f.prefix, "dir", f.dir, "store", f.store,
-		"tls", !f.tls.IsZero(), "mutualTLS", f.tls.CA != "")
+		"tls", !f.tls.IsZero(), "mutualTLS", f.tls.CA != "", "auth", authz != nil, "authRollout", f.auth.Rollout)
 	err = serveBroker(ctx, drain, srv, lis, serverOpts...)
 	switch {
 	case err == nil:

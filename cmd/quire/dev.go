@@ -17,22 +17,25 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/internal/admin"
+	"github.com/quire-dev/quire/internal/authflag"
 	"github.com/quire-dev/quire/internal/devetcd"
 	"github.com/quire-dev/quire/internal/rpcbuf"
+	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -53,6 +56,7 @@ type devFlags struct {
 	dir                                        string
 	port, etcdPort, etcdPeerPort, consumerPort int
 	admin                                      admin.Flags
+	auth                                       authflag.Server
 }
 
 // devAdminAddr is where quire dev serves its admin endpoint by default.
@@ -88,6 +92,7 @@ publish' and 'query'. Ctrl-C stops it.`,
 	fl.IntVar(&f.etcdPeerPort, "etcd-peer-port", 0, "loopback port of etcd's peer listener (default: the first port after --etcd-port that no other flag takes, 7703)")
 	fl.IntVar(&f.consumerPort, "consumer-port", 7702, "loopback port of the word-count consumer's gRPC")
 	f.admin.AddFlags(fl, devAdminAddr)
+	f.auth.AddFlags(fl, "quire dev (its broker and its word count)")
 	return cmd
 }
 
@@ -131,11 +136,51 @@ func (f *devFlags) validate() error {
 	if f.dir == "" {
 		return usagef("--dir is empty")
 	}
+	if err := f.auth.Validate(); err != nil {
+		return usageError{err}
+	}
 	return nil
 }
 
+// devAuth is quire dev's authorization: the Authorizer of its servers, and
+// their own token. Without --token, quire dev mints its own with a private
+// key among --auth-keys (quire auth keygen's PREFIX.key), and signer is
+// that key.
+type devAuth struct {
+	authz  *auth.Authorizer
+	token  auth.TokenSource
+	signer *auth.SigningKey
+}
+
+func (f *devFlags) authorization() (devAuth, error) {
+	var a devAuth
+	var err error
+	if a.authz, err = f.auth.Authorizer(); err != nil || a.authz == nil {
+		return a, usageError{err}
+	}
+	if a.token, err = f.auth.Source(); err != nil || a.token != nil {
+		return a, usageError{err}
+	}
+	for _, file := range f.auth.Keys {
+		if key, err := auth.LoadSigningKey(file); err == nil {
+			a.signer = &key
+			a.token = auth.Minted(key, "quire-dev", auth.All, labels.Selector{}, time.Hour)
+			return a, nil
+		}
+	}
+	return a, usagef("--auth-keys %s holds no private key for quire dev to mint its own token with: give --token (one with every capability, from 'quire auth token'), or a PREFIX.key among --auth-keys",
+		strings.Join(f.auth.Keys, ","))
+}
+
+// dialOptions are those of quire dev's own clients.
+func (d devCluster) dialOptions() []grpc.DialOption { return auth.DialOptions(d.auth.token) }
+
 func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 	if err := f.validate(); err != nil {
+		return err
+	}
+	authorization, err := f.authorization()
+	if err != nil {
 		return err
 	}
 	dir, err := filepath.Abs(f.dir)
@@ -182,7 +227,7 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 	}
 	defer client.Close()
 	return runDevBroker(ctx, stdout, devCluster{dir: dir, etcd: etcd, client: client, lis: lis, consumerLis: consumerLis,
-		admin: adm, ready: &ready})
+		admin: adm, ready: &ready, auth: authorization})
 }
 
 // devCluster is what runDevBroker runs a broker and the word count on.
@@ -194,6 +239,7 @@ type devCluster struct {
 	consumerLis net.Listener
 	admin       *admin.Server // nil if none
 	ready       *devReady
+	auth        devAuth
 }
 
 // devReady is quire dev's readiness: its broker's and its word count's,
@@ -233,6 +279,7 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 	srv, err := broker.New(broker.Config{
 		Etcd: d.client, Root: devPrefix, Zone: devZone, Suffix: devSuffix, Endpoint: d.lis.Addr().String(),
 		Dir: filepath.Join(d.dir, "spools"), DefaultStore: d.store(), Logger: slog.Default(),
+		DialOptions: d.dialOptions(), Auth: d.auth.authz,
 	})
 	if err != nil {
 		return err
@@ -245,7 +292,7 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 	brokerCtx, cancelBroker := context.WithCancel(ctx)
 	defer cancelBroker()
 	runDone := make(chan error, 1)
-	go func() { runDone <- serveBroker(brokerCtx, nil, srv, d.lis) }()
+	go func() { runDone <- serveBroker(brokerCtx, nil, srv, d.lis, d.auth.authz.ServerOptions()...) }()
 
 	var wc *devConsumer
 	err = awaitKey(sigCtx, d.client, memberKey)
@@ -305,27 +352,27 @@ func startDevConsumer(ctx context.Context, d devCluster) (*devConsumer, error) {
 	} else if removed {
 		slog.Info("removed the word-count consumer's member key that a previous quire dev left")
 	}
-	journals, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String(), Logger: slog.Default()})
+	journals, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String(), DialOptions: d.dialOptions(), Logger: slog.Default()})
 	if err != nil {
 		return nil, err
 	}
 	endpoint := d.consumerLis.Addr().String()
 	srv, err := consumer.New(consumer.Config{App: wordcount.App{}, Etcd: d.client, Journals: journals,
 		Root: devConsumerPrefix, Zone: devZone, Suffix: devSuffix, Endpoint: endpoint,
-		Dir: filepath.Join(d.dir, "consumer"), Logger: slog.Default()})
+		Dir: filepath.Join(d.dir, "consumer"), DialOptions: d.dialOptions(), Auth: d.auth.authz, Logger: slog.Default()})
 	if err != nil {
 		journals.Close()
 		return nil, err
 	}
 	d.ready.consumer.Store(ptr(srv.Ready))
-	gs := grpc.NewServer(rpcbuf.ServerOptions()...)
+	gs := grpc.NewServer(append(rpcbuf.ServerOptions(), d.auth.authz.ServerOptions()...)...)
 	protocol.RegisterShardServer(gs, srv)
 	wordcount.App{}.Register(gs, srv)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	wc := &devConsumer{cancel: cancel, done: make(chan error, 1), journals: journals, client: d.client}
 	go func() { wc.done <- consumer.Serve(runCtx, nil, srv, gs, d.consumerLis) }()
 
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(endpoint, append(d.dialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		wc.stop(ctx)
 		return nil, err
@@ -429,7 +476,7 @@ func printDevBanner(w io.Writer, d devCluster) {
   etcd      %s   (brokers under %s)
   consumer  %s   (the word count, under %s; export QUIRE_CONSUMER=%s)
 %s  data      %s   (fragments in %s)
-
+%s
 Try it, from another terminal:
   printf 'journals:\n  - name: examples/hello\n    replication: 1\n' > hello.yaml
   quire journals apply -f hello.yaml%s
@@ -443,8 +490,31 @@ Try the word count:
   quire shards list%s
 
 quire dev: ready (Ctrl-C stops it; the data stays in %s)
-`, addr, addr, d.etcd.Endpoint(), devPrefix, caddr, devConsumerPrefix, caddr, adminLine, d.dir, d.store(),
+`, addr, addr, d.etcd.Endpoint(), devPrefix, caddr, devConsumerPrefix, caddr, adminLine, d.dir, d.store(), d.auth.banner(),
 		brokerFlag, brokerFlag, brokerFlag, brokerFlag, brokerFlag, consumerFlag, consumerFlag, d.dir)
+}
+
+// banner tells how to reach an authorizing quire dev: with an operator's
+// token, minted here if quire dev holds the signing key.
+func (a devAuth) banner() string {
+	if a.authz == nil {
+		return ""
+	}
+	if a.signer == nil {
+		return "  auth      on: clients need a token with every capability they use (--token, QUIRE_TOKEN)\n"
+	}
+	now := time.Now()
+	token, err := a.signer.Mint(auth.Claims{
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "dev-operator", IssuedAt: jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(24 * time.Hour))},
+		Capability: auth.All})
+	if err != nil {
+		return fmt.Sprintf("  auth      on (minting an operator's token failed: %v)\n", err)
+	}
+	return fmt.Sprintf(`  auth      on: clients need a token; one with every capability, for 24h:
+            export QUIRE_TOKEN=%s
+            (more: quire auth token --key KEY --cap READ -l prefix=examples/ --subject me)
+`, token)
 }
 
 // lockDevDir takes an exclusive lock on dir, so that two quire dev never

@@ -23,6 +23,7 @@ import (
 
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/internal/authflag"
 	"github.com/quire-dev/quire/internal/hostport"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/labels"
@@ -58,6 +59,7 @@ type journalsFlags struct {
 	broker  string
 	timeout time.Duration
 	tls     tlsconfig.Files
+	token   authflag.Client
 }
 
 // addFlags adds the flags of every command that talks to brokers.
@@ -65,6 +67,7 @@ func (jf *journalsFlags) addFlags(pf *pflag.FlagSet, timeoutUsage string) {
 	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
 	pf.DurationVar(&jf.timeout, "timeout", 10*time.Second, timeoutUsage)
 	jf.tls.AddFlags(pf, "tls", "QUIRE_TLS", "this client")
+	jf.token.AddFlags(pf, "this client")
 }
 
 func newJournalsCommand() *cobra.Command {
@@ -108,20 +111,25 @@ func (jf *journalsFlags) connect(ctx context.Context) (*client.Client, error) {
 	if jf.timeout <= 0 {
 		return nil, usagef("--timeout %s: want a positive duration", jf.timeout)
 	}
-	opts, err := dialOptions(jf.tls, "tls")
+	opts, err := dialOptions(jf.tls, "tls", jf.token)
 	if err != nil {
 		return nil, err
 	}
 	return client.New(ctx, client.Config{Broker: jf.broker, DialOptions: opts})
 }
 
-// dialOptions are the gRPC dial options of the TLS flags --PREFIX-*.
-func dialOptions(files tlsconfig.Files, prefix string) ([]grpc.DialOption, error) {
+// dialOptions are the gRPC dial options of the TLS flags --PREFIX-* and
+// of the token flags.
+func dialOptions(files tlsconfig.Files, prefix string, token authflag.Client) ([]grpc.DialOption, error) {
 	opts, err := files.DialOptions()
 	if err != nil {
 		return nil, usagef("%s: %w", tlsconfig.Flags(prefix), err)
 	}
-	return opts, nil
+	tokenOpts, err := token.DialOptions()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return append(opts, tokenOpts...), nil
 }
 
 // tlsHint explains an error of a connection whose TLS does not match its

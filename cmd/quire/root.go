@@ -34,6 +34,8 @@ Commands available in this build:
                          file or a live fleet in etcd
   quire allocator member join a fleet as a member holding items (drains on
                          SIGTERM)
+  quire auth             make keys (keygen) and tokens (token) for
+                         authorization
   quire health [URL]     exit 0 if a server's admin endpoint says it is
                          ready (container health checks)
   quire version          print the version`,
@@ -51,7 +53,7 @@ Commands available in this build:
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand(), newDevCommand(), newJournalsCommand(), newBrokerCommand(),
-		newBenchCommand(), newAllocatorCommand(), newShardsCommand(), newHealthCommand())
+		newBenchCommand(), newAllocatorCommand(), newShardsCommand(), newHealthCommand(), newAuthCommand())
 	refuseUnknown(root)
 	return root
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
+	"github.com/quire-dev/quire/internal/authflag"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -40,6 +41,7 @@ type shardsFlags struct {
 	consumer string
 	timeout  time.Duration
 	tls      tlsconfig.Files
+	token    authflag.Client
 }
 
 func newShardsCommand() *cobra.Command {
@@ -75,6 +77,7 @@ Errors are printed on standard error with a non-zero exit; bad input
 	pf.StringVar(&sf.consumer, "consumer", envOr("QUIRE_CONSUMER", defaultConsumer), "host:port of any process of the consumer application (env QUIRE_CONSUMER)")
 	pf.DurationVar(&sf.timeout, "timeout", 10*time.Second, "how long to wait for a consumer process (or a broker) to answer")
 	sf.tls.AddFlags(pf, "tls", "QUIRE_TLS", "this client (of consumer processes and brokers)")
+	sf.token.AddFlags(pf, "this client (to consumer processes and brokers)")
 	cmd.AddCommand(
 		newShardsListCommand(sf), newShardsApplyCommand(sf), newShardsEditCommand(sf),
 		newShardsDeleteCommand(sf), newShardsUnassignCommand(sf), newShardsHintsCommand(sf),
@@ -108,7 +111,7 @@ func (sf *shardsFlags) connect() (*shardsClient, error) {
 	if err := sf.validate(); err != nil {
 		return nil, err
 	}
-	opts, err := dialOptions(sf.tls, "tls")
+	opts, err := dialOptions(sf.tls, "tls", sf.token)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +127,7 @@ func (c *shardsClient) Close() error { return c.conn.Close() }
 // journals returns a client of the brokers, through broker, with the
 // shards commands' TLS.
 func (sf *shardsFlags) journals(ctx context.Context, broker string) (*client.Client, error) {
-	opts, err := dialOptions(sf.tls, "tls")
+	opts, err := dialOptions(sf.tls, "tls", sf.token)
 	if err != nil {
 		return nil, err
 	}

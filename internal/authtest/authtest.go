@@ -77,7 +77,7 @@ func (k *Key) Token(subject string, caps auth.Capability, sel string, ttl time.D
 }
 
 // All is every capability Quire checks.
-const All = auth.List | auth.Read | auth.Append | auth.Apply | auth.Replicate | auth.Stat | auth.Unassign
+const All = auth.All
 
 // Broker is the capability of a broker's own token.
 const Broker = auth.Replicate | auth.Read | auth.List

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/examples/wordcount/wordcountpb"
 	"github.com/quire-dev/quire/protocol"
@@ -79,7 +80,9 @@ func (s *service) Count(ctx context.Context, req *wordcountpb.CountRequest) (*wo
 // partitions returns the journals the application's shards read, sorted
 // (the partitions that Publish maps words over), and the shard of each.
 func (s *service) partitions(ctx context.Context) ([]string, map[string]string, error) {
-	list, err := s.srv.List(ctx, &protocol.ShardListRequest{Selector: Selector})
+	// Every shard, whatever the caller may list: words map over all the
+	// partitions.
+	list, err := s.srv.List(auth.Internal(ctx), &protocol.ShardListRequest{Selector: Selector})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -132,6 +135,10 @@ func retryable(err error) bool {
 // countOnce counts words of shard: here, if this process is its primary,
 // else by forwarding them to the primary.
 func (s *service) countOnce(ctx context.Context, shard string, words []string, req *wordcountpb.CountRequest) ([]uint64, error) {
+	// A count is a shard's state: asking for it needs STAT on the shard.
+	if err := s.srv.Require(ctx, auth.Stat, shard); err != nil {
+		return nil, err
+	}
 	res, err := s.srv.Resolve(ctx, shard)
 	switch {
 	case errors.Is(err, consumer.ErrShardNotFound):
@@ -150,7 +157,7 @@ func (s *service) countOnce(ctx context.Context, shard string, words []string, r
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "forwarding to the primary of %s: %v", shard, err)
 		}
-		resp, err := wordcountpb.NewWordCountClient(conn).Count(ctx,
+		resp, err := wordcountpb.NewWordCountClient(conn).Count(auth.ForwardCaller(ctx),
 			&wordcountpb.CountRequest{Words: words, Sync: req.Sync, DoNotProxy: true})
 		if err != nil {
 			return nil, err
@@ -180,7 +187,7 @@ func (s *service) awaitSync(ctx context.Context, res consumer.Resolution, shard 
 		}
 		heads[src.Journal] = head
 	}
-	resp, err := s.srv.Stat(ctx, &protocol.ShardStatRequest{Shard: shard, ReadThrough: heads, DoNotProxy: true})
+	resp, err := s.srv.Stat(auth.Internal(ctx), &protocol.ShardStatRequest{Shard: shard, ReadThrough: heads, DoNotProxy: true})
 	if err != nil {
 		return err
 	}
