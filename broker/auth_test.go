@@ -264,3 +264,108 @@ func TestProxiedAppendAndReplicationWithTokens(t *testing.T) {
 		t.Fatalf("read %q", got)
 	}
 }
+
+// startWith starts one broker checking tokens with authz, and a journal
+// orders/a on it, created with an admin token of key.
+func startWith(t *testing.T, authz *auth.Authorizer, key *authtest.Key) *brokertest.Broker {
+	c := brokertest.New(t)
+	c.Auth = authz
+	c.Token = auth.StaticToken(key.Token("brokers", authtest.Broker, "", time.Hour))
+	b := c.Start("a")
+	admin := c.ClientWith(b, auth.StaticToken(key.Token("admin", authtest.All, "", time.Hour)))
+	c.Journals(admin, 1, "orders/a")
+	return b
+}
+
+// Rollout mode accepts requests without a token, and still refuses
+// invalid tokens and tokens that lack what a request needs.
+func TestRolloutAcceptsOnlyMissingTokens(t *testing.T) {
+	key := authtest.NewKey(t)
+	authz, err := auth.New(auth.Config{Keys: []string{key.Public}, Rollout: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startWith(t, authz, key)
+	read := rpcNamed(t, "Read")
+	for _, tc := range []struct {
+		name, token string
+		want        codes.Code
+	}{
+		{"no token", "", codes.OK},
+		{"granted", key.Token("w", auth.Read, "", time.Hour), codes.OK},
+		{"expired", key.Token("w", auth.Read, "", -time.Hour), codes.Unauthenticated},
+		{"unknown key", authtest.NewKey(t).Token("w", auth.Read, "", time.Hour), codes.Unauthenticated},
+		{"lacking", key.Token("w", auth.Append, "", time.Hour), codes.PermissionDenied},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := read.call(ctx, conn(t, b, tc.token))
+		cancel()
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%s: Read: %v, want %s", tc.name, err, tc.want)
+		}
+	}
+}
+
+// Keys rotate without a restart: while the trusted file holds both keys,
+// tokens of either work; once the old key is removed, its tokens are
+// refused (within the second in which the file is read again).
+func TestKeyRotationWithoutRestart(t *testing.T) {
+	oldKey, newKey := authtest.NewKey(t), authtest.NewKey(t)
+	oldPub, _ := os.ReadFile(oldKey.Public)
+	newPub, _ := os.ReadFile(newKey.Public)
+	trusted := t.TempDir() + "/trusted.pub"
+	if err := os.WriteFile(trusted, oldPub, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	authz, err := auth.New(auth.Config{Keys: []string{trusted}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startWith(t, authz, oldKey)
+	byOld, byNew := oldKey.Token("w", auth.Read, "", time.Hour), newKey.Token("w", auth.Read, "", time.Hour)
+	read := rpcNamed(t, "Read")
+	// awaitCode reads with token until the broker answers want: keys are
+	// read again at most once a second.
+	awaitCode := func(token string, want codes.Code) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := read.call(ctx, conn(t, b, token))
+			cancel()
+			if status.Code(err) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Read: %v, want %s", err, want)
+			}
+			time.Sleep(50 * time.Millisecond) // Until the broker reads the key file again.
+		}
+	}
+	awaitCode(byOld, codes.OK)
+	awaitCode(byNew, codes.Unauthenticated)
+	if err := os.WriteFile(trusted, append(oldPub, newPub...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	awaitCode(byNew, codes.OK)
+	awaitCode(byOld, codes.OK)
+	if err := os.WriteFile(trusted, newPub, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	awaitCode(byOld, codes.Unauthenticated)
+	awaitCode(byNew, codes.OK)
+}
+
+func rpcNamed(t *testing.T, name string) struct {
+	name string
+	want auth.Capability
+	call func(ctx context.Context, jc protocol.JournalClient) error
+} {
+	for _, r := range rpcs {
+		if r.name == name {
+			return r
+		}
+	}
+	t.Fatalf("no RPC %s", name)
+	return rpcs[0]
+}

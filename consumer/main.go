@@ -152,6 +152,7 @@ type serveFlags struct {
 	leaseTTL, unassignFailed   time.Duration
 	drainTimeout               time.Duration
 	tls, etcdTLS               tlsconfig.Files
+	etcdUser                   etcdclient.User
 	auth                       authflag.Server
 }
 
@@ -232,6 +233,7 @@ fail over when its lease expires.`,
 		"how long a drain waits for other processes to take the process's shard replicas; then those left fail over at once (0: wait as long as it takes)")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the process (to its clients, and to brokers and other processes as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the process's etcd client")
+	f.etcdUser.AddFlags(fl)
 	f.auth.AddFlags(fl, "the process")
 	return cmd
 }
@@ -300,6 +302,9 @@ func (f *serveFlags) validate() error {
 	}
 	if err := f.etcdTLS.Validate(); err != nil {
 		return usagef("%s: %w", tlsconfig.Flags("etcd"), err)
+	}
+	if err := f.etcdUser.Validate(); err != nil {
+		return usagef("%w", err)
 	}
 	if err := f.auth.Validate(); err != nil {
 		return UsageError{err}
@@ -378,7 +383,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 		return UsageError{err}
 	}
 	serverOpts, dialOpts = append(serverOpts, authz.ServerOptions()...), append(dialOpts, tokenOpts...)
-	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
+	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.etcdUser, f.prefix, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("--etcd: %w (is quire dev running?)", err)
 	}

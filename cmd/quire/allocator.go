@@ -37,6 +37,7 @@ type planFlags struct {
 	file, output, etcd, prefix, fleet string
 	timeout                           time.Duration
 	etcdTLS                           tlsconfig.Files
+	etcdUser                          etcdclient.User
 }
 
 func newPlanCommand() *cobra.Command {
@@ -69,6 +70,7 @@ Bad input is reported on standard error with exit code 2.`,
 	cmd.Flags().StringVar(&f.fleet, "fleet", "auto", "the live fleet's kind: brokers, consumers, plain (quire allocator member), or auto (by its values)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "etcd timeout")
 	f.etcdTLS.AddFlags(cmd.Flags(), "etcd", "QUIRE_ETCD", "this etcd client")
+	f.etcdUser.AddFlags(cmd.Flags())
 	return cmd
 }
 
@@ -131,7 +133,7 @@ func liveScenario(ctx context.Context, f planFlags) (*allocator.Scenario, error)
 	if f.prefix == "" || !strings.HasSuffix(f.prefix, "/") {
 		return nil, usagef("--prefix %q: want a key prefix ending in '/'", f.prefix)
 	}
-	client, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, f.timeout)
+	client, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.etcdUser, f.prefix, f.timeout)
 	if err != nil {
 		return nil, fmt.Errorf("--etcd: %w", err)
 	}

@@ -44,6 +44,7 @@ type brokerFlags struct {
 	limit                      int
 	lease, isolation, drain    time.Duration
 	tls, etcdTLS               tlsconfig.Files
+	etcdUser                   etcdclient.User
 	auth                       authflag.Server
 }
 
@@ -98,6 +99,7 @@ fail over when its lease expires.`,
 	f.admin.AddFlags(fl, "")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the broker's etcd client")
+	f.etcdUser.AddFlags(fl)
 	f.auth.AddFlags(fl, "the broker")
 	return cmd
 }
@@ -156,6 +158,9 @@ func (f *brokerFlags) validate() error {
 	}
 	if err := f.etcdTLS.Validate(); err != nil {
 		return usagef("%s: %w", tlsconfig.Flags("etcd"), err)
+	}
+	if err := f.etcdUser.Validate(); err != nil {
+		return usagef("%w", err)
 	}
 	if err := f.auth.Validate(); err != nil {
 		return usageError{err}
@@ -218,7 +223,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		return usageError{err}
 	}
 	serverOpts, dialOpts = append(serverOpts, authz.ServerOptions()...), append(dialOpts, tokenOpts...)
-	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
+	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.etcdUser, f.prefix, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("--etcd: %w", err)
 	}

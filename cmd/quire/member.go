@@ -20,6 +20,7 @@ type memberFlags struct {
 	limit                      int
 	leaseTTL                   time.Duration
 	etcdTLS                    tlsconfig.Files
+	etcdUser                   etcdclient.User
 	admin                      admin.Flags
 }
 
@@ -49,6 +50,7 @@ announced and not draining).`,
 	cmd.Flags().IntVar(&f.limit, "limit", 1000, "most items the member holds")
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease", 10*time.Second, "how long the member's keys outlive it if it dies")
 	f.etcdTLS.AddFlags(cmd.Flags(), "etcd", "QUIRE_ETCD", "the member's etcd client")
+	f.etcdUser.AddFlags(cmd.Flags())
 	f.admin.AddFlags(cmd.Flags(), "")
 	return cmd
 }
@@ -82,7 +84,7 @@ func runMember(ctx context.Context, f memberFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	client, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.prefix, 10*time.Second)
+	client, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.etcdUser, f.prefix, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("--etcd: %w", err)
 	}

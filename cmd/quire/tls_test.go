@@ -29,7 +29,7 @@ func TestBrokersServeMutualTLS(t *testing.T) {
 	defer etcdSrv.Close()
 	root := "/quire/brokers/"
 	etcdTLS := tlsconfig.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}
-	etcd, err := etcdclient.Dial(context.Background(), etcdSrv.Endpoint(), etcdTLS, root, 10*time.Second)
+	etcd, err := etcdclient.Dial(context.Background(), etcdSrv.Endpoint(), etcdTLS, etcdclient.User{}, root, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/rpcbuf"
@@ -35,7 +36,12 @@ type Fleet struct {
 	LeaseTTL time.Duration
 	// Configure, if set, adjusts each process's config before it starts.
 	Configure func(*consumer.Config)
-	Procs     map[string]*Process
+	// Auth, if set, checks the tokens of the processes' requests, and
+	// Token is then the processes' own (for each other), and that of
+	// Client. Set them before Start.
+	Auth  *auth.Authorizer
+	Token auth.TokenSource
+	Procs map[string]*Process
 }
 
 // Process is one consumer process.
@@ -96,11 +102,13 @@ func (f *Fleet) StartUnlisted(name, zone string) *Process {
 	if ttl == 0 {
 		ttl = 3 * time.Second
 	}
-	p := &Process{Name: name, Zone: zone, Endpoint: lis.Addr().String(), grpc: grpc.NewServer(rpcbuf.ServerOptions()...),
+	p := &Process{Name: name, Zone: zone, Endpoint: lis.Addr().String(),
+		grpc:  grpc.NewServer(append(rpcbuf.ServerOptions(), f.Auth.ServerOptions()...)...),
 		drain: make(chan struct{}), exited: make(chan struct{})}
 	p.Dir = f.t.TempDir()
 	cfg := consumer.Config{App: f.App, Etcd: f.Etcd, Journals: f.Journals, Root: f.Root,
-		Zone: zone, Suffix: name, Endpoint: p.Endpoint, Dir: p.Dir, LeaseTTL: ttl, Logger: quiet}
+		Zone: zone, Suffix: name, Endpoint: p.Endpoint, Dir: p.Dir, LeaseTTL: ttl, Logger: quiet,
+		Auth: f.Auth, DialOptions: auth.DialOptions(f.Token)}
 	if f.Configure != nil {
 		f.Configure(&cfg)
 	}
@@ -189,7 +197,14 @@ func (f *Fleet) report(p *Process, err error) {
 // Client returns a Shard client of process p, closed when the test ends.
 func (f *Fleet) Client(p *Process) protocol.ShardClient {
 	f.t.Helper()
-	conn, err := grpc.NewClient(p.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return f.ClientWith(p, f.Token)
+}
+
+// ClientWith returns a Shard client of p sending token (if not nil),
+// closed when the test ends.
+func (f *Fleet) ClientWith(p *Process, token auth.TokenSource) protocol.ShardClient {
+	f.t.Helper()
+	conn, err := grpc.NewClient(p.Endpoint, append(auth.DialOptions(token), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestDialTLS(t *testing.T) {
 		t.Fatalf("endpoint %s, want https", srv.Endpoint())
 	}
 	ctx := context.Background()
-	c, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}, "/quire/", 10*time.Second)
+	c, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{Cert: pki.ClientCert, Key: pki.ClientKey, CA: pki.CA}, User{}, "/quire/", 10*time.Second)
 	if err != nil {
 		t.Fatalf("with the client's certificate: %v", err)
 	}
@@ -41,14 +41,14 @@ func TestDialTLS(t *testing.T) {
 		"no client certificate": {CA: pki.CA},
 		"the system's roots":    {Cert: pki.ClientCert, Key: pki.ClientKey},
 	} {
-		if c, err := Dial(ctx, srv.Endpoint(), files, "/quire/", time.Second); err == nil {
+		if c, err := Dial(ctx, srv.Endpoint(), files, User{}, "/quire/", time.Second); err == nil {
 			c.Close()
 			t.Errorf("%s: etcd answered", name)
 		} else if !strings.Contains(err.Error(), srv.Endpoint()) {
 			t.Errorf("%s: error %q does not name the endpoint", name, err)
 		}
 	}
-	if _, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{Cert: pki.ClientCert}, "/quire/", time.Second); err == nil ||
+	if _, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{Cert: pki.ClientCert}, User{}, "/quire/", time.Second); err == nil ||
 		!strings.Contains(err.Error(), "has no key file") {
 		t.Errorf("a certificate without its key: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestIdleConnectionOutlivesEtcdsPingPolicy(t *testing.T) {
 	}
 	defer srv.Close()
 	ctx := context.Background()
-	c, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{}, "/quire/", 10*time.Second)
+	c, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{}, User{}, "/quire/", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

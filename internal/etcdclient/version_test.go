@@ -48,7 +48,7 @@ func TestDialRefusesOldServers(t *testing.T) {
 			version.Version = was
 			t.Fatal(err)
 		}
-		c, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{}, "/quire/", 10*time.Second)
+		c, err := Dial(ctx, srv.Endpoint(), tlsconfig.Files{}, User{}, "/quire/", 10*time.Second)
 		srv.Close()
 		version.Version = was
 		switch {
