@@ -78,11 +78,13 @@ func conn(t *testing.T, b *brokertest.Broker, token string) protocol.JournalClie
 // its error: nil, or a gRPC status. An allowed call may still fail
 // otherwise (a Replicate from no real primary, say); only
 // Unauthenticated and PermissionDenied mean it was refused.
-var rpcs = []struct {
+type journalRPC struct {
 	name string
 	want auth.Capability
 	call func(ctx context.Context, jc protocol.JournalClient) error
-}{
+}
+
+var rpcs = []journalRPC{
 	{"List", auth.List, func(ctx context.Context, jc protocol.JournalClient) error {
 		resp, err := jc.List(ctx, &protocol.ListRequest{Selector: "name=orders/a"})
 		if err == nil && len(resp.Journals) == 0 {
@@ -356,11 +358,7 @@ func TestKeyRotationWithoutRestart(t *testing.T) {
 	awaitCode(byNew, codes.OK)
 }
 
-func rpcNamed(t *testing.T, name string) struct {
-	name string
-	want auth.Capability
-	call func(ctx context.Context, jc protocol.JournalClient) error
-} {
+func rpcNamed(t *testing.T, name string) journalRPC {
 	for _, r := range rpcs {
 		if r.name == name {
 			return r
