@@ -48,7 +48,7 @@ func Dial(ctx context.Context, endpoints string, files tlsconfig.Files, user Use
 		// streams), and close the connection with too_many_pings.
 		DialKeepAliveTime: rpcbuf.KeepaliveTime, DialKeepAliveTimeout: rpcbuf.KeepaliveTimeout})
 	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd %s: %w", endpoints, err)
+		return nil, fmt.Errorf("connecting to etcd %s%s: %w", endpoints, user.hint(err), err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
