@@ -53,9 +53,11 @@ func (p devPorts) args() []string {
 func (p devPorts) brokerAddr() string   { return "127.0.0.1:" + strconv.Itoa(p.broker) }
 func (p devPorts) consumerAddr() string { return "127.0.0.1:" + strconv.Itoa(p.consumer) }
 
-func startDev(t *testing.T, dir string, ports devPorts) *devProcess {
+// startDev runs quire dev on dir and ports, with extra flags, until it is
+// ready.
+func startDev(t *testing.T, dir string, ports devPorts, extra ...string) *devProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"dev", "--dir", dir}, ports.args()...)...)
+	cmd := exec.Command(os.Args[0], append(append([]string{"dev", "--dir", dir}, ports.args()...), extra...)...)
 	cmd.Env = append(os.Environ(), "QUIRE_TEST_RUN_MAIN=1")
 	p := &devProcess{cmd: cmd, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr

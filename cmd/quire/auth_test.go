@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/quire-dev/quire/auth"
+)
+
+// newKeyPair writes a key pair under dir and returns its prefix.
+func newKeyPair(t *testing.T, dir string) string {
+	t.Helper()
+	prefix := filepath.Join(dir, "fleet")
+	r := quire(context.Background(), nil, "auth", "keygen", prefix)
+	if r.err != nil {
+		t.Fatalf("auth keygen: %v", r.err)
+	}
+	if r.stdout != prefix+".key\n"+prefix+".pub\n" {
+		t.Fatalf("auth keygen printed %q, want the files it wrote", r.stdout)
+	}
+	return prefix
+}
+
+// quire auth keygen and token make a pair and tokens that servers verify
+// with the public key alone.
+func TestAuthKeygenAndToken(t *testing.T) {
+	prefix := newKeyPair(t, t.TempDir())
+	for file, mode := range map[string]os.FileMode{prefix + ".key": 0o600, prefix + ".pub": 0o644} {
+		fi, err := os.Stat(file)
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v %v, want mode %v", file, fi.Mode(), err, mode)
+		}
+	}
+	r := quire(context.Background(), nil, "auth", "token", "--key", prefix+".key", "--cap", "read,APPEND",
+		"-l", "app=orders", "--ttl", "2h", "--subject", "orders-writer")
+	if r.err != nil {
+		t.Fatalf("auth token: %v", r.err)
+	}
+	keys, err := auth.LoadKeys(prefix + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := keys.Verify(strings.TrimSpace(r.stdout))
+	if err != nil {
+		t.Fatalf("the printed token does not verify: %v", err)
+	}
+	if c.Subject != "orders-writer" || c.Capability != auth.Read|auth.Append || c.Selector.String() != "app=orders" ||
+		c.ExpiresAt.Sub(c.IssuedAt.Time).Hours() != 2 {
+		t.Fatalf("claims %+v, want those of the flags", c)
+	}
+}
+
+// Bad input to the auth commands, and to every server's and client's auth
+// flags, exits 2 and prints nothing on standard output.
+func TestAuthBadInput(t *testing.T) {
+	dir := t.TempDir()
+	prefix := newKeyPair(t, dir)
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("a b\n"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"auth", "keygen", prefix}, "exists"},
+		{[]string{"auth", "keygen"}, "takes PREFIX"},
+		{[]string{"auth", "token", "--cap", "READ", "--subject", "x"}, "--key is missing"},
+		{[]string{"auth", "token", "--key", prefix + ".key", "--subject", "x"}, "--cap is missing"},
+		{[]string{"auth", "token", "--key", prefix + ".key", "--cap", "READ"}, "--subject is missing"},
+		{[]string{"auth", "token", "--key", prefix + ".key", "--cap", "READ,DROP", "--subject", "x"}, `unknown name "DROP"`},
+		{[]string{"auth", "token", "--key", prefix + ".key", "--cap", "READ", "--subject", "x", "-l", "a in ("}, "-l:"},
+		{[]string{"auth", "token", "--key", prefix + ".key", "--cap", "READ", "--subject", "x", "--ttl", "-1h"}, "--ttl"},
+		{[]string{"auth", "token", "--key", prefix + ".pub", "--cap", "READ", "--subject", "x"}, "only verify"},
+		{[]string{"journals", "list", "--token", "a", "--token-file", tokenFile}, "both given"},
+		{[]string{"journals", "list", "--token-file", tokenFile}, "more than one token"},
+		{[]string{"shards", "list", "--token-file", filepath.Join(dir, "missing")}, "--token-file"},
+		{[]string{"broker", "serve", "--dir", dir, "--store", "file://" + dir + "/", "--auth-rollout"}, "--auth-rollout needs --auth-keys"},
+		{[]string{"broker", "serve", "--dir", dir, "--store", "file://" + dir + "/", "--auth-keys", filepath.Join(dir, "missing")}, "--auth-keys"},
+		{[]string{"dev", "--auth-keys", prefix + ".pub"}, "holds no private key"},
+	} {
+		r := quire(context.Background(), nil, tc.args...)
+		if !errors.As(r.err, new(usageError)) || !strings.Contains(r.err.Error(), tc.want) || r.stdout != "" {
+			t.Errorf("quire %s: err %v, stdout %q; want a usage error with %q", strings.Join(tc.args, " "), r.err, r.stdout, tc.want)
+		}
+	}
+}
+
+// quire dev --auth-keys PREFIX.key serves only requests with tokens, mints
+// its own, and prints an operator's token that every command takes.
+func TestDevWithAuthKeys(t *testing.T) {
+	dir := t.TempDir()
+	prefix := newKeyPair(t, dir)
+	ports := freeDevPorts(t)
+	dev := startDev(t, filepath.Join(dir, "dev"), ports, "--auth-keys", prefix+".key")
+	m := regexp.MustCompile(`export QUIRE_TOKEN=(\S+)`).FindStringSubmatch(dev.stdout.String())
+	if m == nil {
+		t.Fatalf("the banner gives no token:\n%s", dev.stdout)
+	}
+	operator := m[1]
+	broker := ports.brokerAddr()
+	ctx := context.Background()
+
+	if r := quire(ctx, nil, "journals", "list", "--broker", broker); r.err == nil || !strings.Contains(r.err.Error(), "needs a token") {
+		t.Errorf("journals list without a token: %v, want it refused", r.err)
+	}
+	r := quire(ctx, nil, "journals", "list", "--broker", broker, "--token", operator)
+	if r.err != nil || !strings.Contains(r.stdout, "wordcount/words/part-000") {
+		t.Errorf("journals list with the operator's token: %v\n%s", r.err, r.stdout)
+	}
+	r = quire(ctx, nil, "shards", "list", "--consumer", ports.consumerAddr(), "--token", operator)
+	if r.err != nil || !strings.Contains(r.stdout, "wordcount/shard-000") {
+		t.Errorf("shards list with the operator's token: %v\n%s", r.err, r.stdout)
+	}
+
+	reader := quire(ctx, nil, "auth", "token", "--key", prefix+".key", "--cap", "LIST,READ", "-l", "app=wordcount", "--subject", "reader")
+	if reader.err != nil {
+		t.Fatal(reader.err)
+	}
+	tokenFile := filepath.Join(dir, "reader.token")
+	os.WriteFile(tokenFile, []byte(reader.stdout), 0o600)
+	r = quire(ctx, strings.NewReader("hello\n"), "journals", "append", "-j", "wordcount/words/part-000", "--broker", broker, "--token-file", tokenFile)
+	if r.err == nil || !strings.Contains(r.err.Error(), `lacks APPEND on journal wordcount/words/part-000`) {
+		t.Errorf("append with a reader's token: %v, want it denied", r.err)
+	}
+	r = quire(ctx, nil, "journals", "list", "--broker", broker, "--token-file", tokenFile)
+	if r.err != nil || strings.Contains(r.stdout, "recovery/") || !strings.Contains(r.stdout, "wordcount/words/") {
+		t.Errorf("journals list with a reader's token of app=wordcount: %v\n%s", r.err, r.stdout)
+	}
+	if code := dev.interrupt(t); code != 0 {
+		t.Errorf("quire dev exited %d", code)
+	}
+}
