@@ -155,11 +155,15 @@ type devAuth struct {
 func (f *devFlags) authorization() (devAuth, error) {
 	var a devAuth
 	var err error
-	if a.authz, err = f.auth.Authorizer(); err != nil || a.authz == nil {
+	if a.authz, err = f.auth.Authorizer(); err != nil {
 		return a, usageError{err}
+	} else if a.authz == nil {
+		return a, nil
 	}
-	if a.token, err = f.auth.Source(); err != nil || a.token != nil {
+	if a.token, err = f.auth.Source(); err != nil {
 		return a, usageError{err}
+	} else if a.token != nil {
+		return a, nil
 	}
 	for _, file := range f.auth.Keys {
 		if key, err := auth.LoadSigningKey(file); err == nil {
