@@ -26,7 +26,8 @@ type Keys struct {
 	files []*watched[[]key]
 
 	mu       sync.Mutex
-	verified map[string]*Claims // tokens whose signatures checked out with the current keys.
+	keys     []key              // of every file, as last read.
+	verified map[string]*Claims // tokens whose signatures checked out with keys.
 }
 
 // LoadKeys reads the keys of the files at paths. Each must hold a key (see
@@ -46,21 +47,25 @@ func LoadKeys(paths ...string) (*Keys, error) {
 	return k, nil
 }
 
-// current returns the keys of every file, and drops the tokens verified
-// before any of them changed.
+// current returns the keys of every file and, if any file changed, drops
+// the tokens verified before.
 func (k *Keys) current() []key {
-	var keys []key
 	changed := false
 	for _, w := range k.files {
-		ks, c := w.get()
-		keys, changed = append(keys, ks...), changed || c
+		_, c := w.get()
+		changed = changed || c
 	}
-	if changed {
-		k.mu.Lock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if changed || k.keys == nil {
+		k.keys = k.keys[:0:0]
+		for _, w := range k.files {
+			ks, _ := w.get()
+			k.keys = append(k.keys, ks...)
+		}
 		clear(k.verified)
-		k.mu.Unlock()
 	}
-	return keys
+	return k.keys
 }
 
 // Verify checks token's signature against the keys and its times against

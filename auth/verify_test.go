@@ -19,7 +19,7 @@ import (
 // keyFiles writes a new Ed25519 pair and an HMAC secret into dir.
 type keyFiles struct{ priv, pub, secret string }
 
-func newKeyFiles(t *testing.T, dir, prefix string) keyFiles {
+func newKeyFiles(t testing.TB, dir, prefix string) keyFiles {
 	t.Helper()
 	priv, pub, err := GenerateEd25519()
 	if err != nil {
@@ -38,7 +38,7 @@ func newKeyFiles(t *testing.T, dir, prefix string) keyFiles {
 	return kf
 }
 
-func signer(t *testing.T, path string) SigningKey {
+func signer(t testing.TB, path string) SigningKey {
 	t.Helper()
 	k, err := LoadSigningKey(path)
 	if err != nil {
