@@ -244,3 +244,34 @@ func TestKeyFilesAreChecked(t *testing.T) {
 		t.Errorf("LoadKeys of a private key: %v, want it to verify too", err)
 	}
 }
+
+// A token file is read again when it changes, so that a sidecar can renew
+// the token under a running client; a file caught empty keeps the token
+// before it.
+func TestTokenFileFollowsTheFile(t *testing.T) {
+	setRecheck(t, 0)
+	path := filepath.Join(t.TempDir(), "token")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("first\n")
+	src, err := TokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ content, want string }{
+		{"first\n", "first"}, {"second", "second"}, {"", "second"}, {"third\n", "third"},
+	} {
+		write(tc.content)
+		if got, err := src.Token(); err != nil || got != tc.want {
+			t.Fatalf("with %q in the file: Token() = %q, %v; want %q", tc.content, got, err, tc.want)
+		}
+	}
+	write("")
+	if _, err := TokenFile(path); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("TokenFile of an empty file: %v, want it refused", err)
+	}
+}

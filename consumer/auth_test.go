@@ -12,6 +12,7 @@ import (
 
 	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/authtest"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/consumertest"
@@ -123,6 +124,85 @@ func TestOtherApplicationsTokenIsRefused(t *testing.T) {
 	} {
 		if err := call(); status.Code(err) != codes.PermissionDenied {
 			t.Errorf("%s of counts/shard-0 with billing's token: %v, want PermissionDenied", name, err)
+		}
+	}
+}
+
+// The table of the Shard service: every RPC, with its capability and a
+// matching selector, and without each part of a valid token.
+func TestEveryShardRPCChecksItsCapability(t *testing.T) {
+	c, key := newAuthCluster(t, counter{})
+	p := c.fleet.Start("c1", "za")
+	spec := c.shardSpec("counts/shard-0", 0, "counts/in-0")
+	c.apply(spec)
+	raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := authtest.NewKey(t)
+	rpcs := []struct {
+		name string
+		want auth.Capability
+		call func(ctx context.Context, sc protocol.ShardClient) error
+	}{
+		{"List", auth.List, func(ctx context.Context, sc protocol.ShardClient) error {
+			resp, err := sc.List(ctx, &protocol.ShardListRequest{Selector: "id=counts/shard-0"})
+			if err == nil && len(resp.Shards) == 0 {
+				err = status.Error(codes.PermissionDenied, "counts/shard-0 is not listed") // A List filters.
+			}
+			return err
+		}},
+		{"Stat", auth.Stat, func(ctx context.Context, sc protocol.ShardClient) error {
+			_, err := sc.Stat(ctx, &protocol.ShardStatRequest{Shard: "counts/shard-0"})
+			return err
+		}},
+		{"GetHints", auth.Stat, func(ctx context.Context, sc protocol.ShardClient) error {
+			_, err := sc.GetHints(ctx, &protocol.GetHintsRequest{Shard: "counts/shard-0"})
+			return err
+		}},
+		{"Apply", auth.Apply, func(ctx context.Context, sc protocol.ShardClient) error {
+			_, err := sc.Apply(ctx, &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{{Upsert: raw, ExpectModRevision: 1}}})
+			return err
+		}},
+		{"Unassign", auth.Unassign, func(ctx context.Context, sc protocol.ShardClient) error {
+			_, err := sc.Unassign(ctx, &protocol.UnassignRequest{Shards: []string{"counts/shard-0"}, DryRun: true})
+			return err
+		}},
+	}
+	for _, rpc := range rpcs {
+		granted := key.Token("w", rpc.want, "prefix=counts/", time.Hour)
+		parts := strings.Split(granted, ".")
+		wider := strings.Split(other.Token("w", authtest.All, "", time.Hour), ".")
+		for _, tc := range []struct {
+			name, token string
+			want        codes.Code
+		}{
+			{"granted", granted, codes.OK},
+			{"by id", key.Token("w", rpc.want, "id=counts/shard-0", time.Hour), codes.OK},
+			{"lacking the capability", key.Token("w", authtest.All&^rpc.want, "prefix=counts/", time.Hour), codes.PermissionDenied},
+			{"outside the selector", key.Token("w", rpc.want, "prefix=billing/", time.Hour), codes.PermissionDenied},
+			{"expired", key.Token("w", rpc.want, "prefix=counts/", -time.Hour), codes.Unauthenticated},
+			{"unknown key", other.Token("w", rpc.want, "prefix=counts/", time.Hour), codes.Unauthenticated},
+			{"tampered", parts[0] + "." + wider[1] + "." + parts[2], codes.Unauthenticated},
+			{"no token", "", codes.Unauthenticated},
+		} {
+			t.Run(rpc.name+"/"+tc.name, func(t *testing.T) {
+				var src auth.TokenSource
+				if tc.token != "" {
+					src = auth.StaticToken(tc.token)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				err := rpc.call(ctx, c.fleet.ClientWith(p, src))
+				got := status.Code(err)
+				refused := got == codes.Unauthenticated || got == codes.PermissionDenied
+				switch {
+				case tc.want == codes.OK && refused:
+					t.Fatalf("refused: %v", err)
+				case tc.want != codes.OK && got != tc.want:
+					t.Fatalf("error %v, want %s", err, tc.want)
+				}
+			})
 		}
 	}
 }
