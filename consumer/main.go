@@ -374,15 +374,11 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	authz, err := f.auth.Authorizer()
+	authz, authOpts, tokenOpts, err := f.auth.Options()
 	if err != nil {
 		return UsageError{err}
 	}
-	tokenOpts, err := f.auth.DialOptions()
-	if err != nil {
-		return UsageError{err}
-	}
-	serverOpts, dialOpts = append(serverOpts, authz.ServerOptions()...), append(dialOpts, tokenOpts...)
+	serverOpts, dialOpts = append(serverOpts, authOpts...), append(dialOpts, tokenOpts...)
 	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.etcdUser, f.prefix, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("--etcd: %w (is quire dev running?)", err)

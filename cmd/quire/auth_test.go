@@ -130,6 +130,21 @@ func TestDevWithAuthKeys(t *testing.T) {
 	if r.err != nil || strings.Contains(r.stdout, "recovery/") || !strings.Contains(r.stdout, "wordcount/words/") {
 		t.Errorf("journals list with a reader's token of app=wordcount: %v\n%s", r.err, r.stdout)
 	}
+	// The example token, without LIST: append and read still work.
+	writer := quire(ctx, nil, "auth", "token", "--key", prefix+".key", "--cap", "READ,APPEND", "-l", "app=wordcount", "--subject", "writer")
+	if writer.err != nil {
+		t.Fatal(writer.err)
+	}
+	w := strings.TrimSpace(writer.stdout)
+	if r := quire(ctx, strings.NewReader("hello\n"), "journals", "append", "-j", "wordcount/words/part-001", "--broker", broker, "--token", w); r.err != nil {
+		t.Errorf("append with a READ,APPEND token: %v", r.err)
+	}
+	if r := quire(ctx, nil, "journals", "read", "-j", "wordcount/words/part-001", "--broker", broker, "--token", w); r.err != nil || !strings.Contains(r.stdout, "hello") {
+		t.Errorf("read with a READ,APPEND token: %v %q", r.err, r.stdout)
+	}
+	if r := quire(ctx, nil, "journals", "read", "-j", "recovery/wordcount/shard-000", "--broker", broker, "--token", w); r.err == nil || !strings.Contains(r.err.Error(), "outside the selector") {
+		t.Errorf("read outside the token's selector: %v, want it denied", r.err)
+	}
 	if code := dev.interrupt(t); code != 0 {
 		t.Errorf("quire dev exited %d", code)
 	}

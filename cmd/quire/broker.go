@@ -214,15 +214,11 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	if err != nil {
 		return err
 	}
-	authz, err := f.auth.Authorizer()
+	authz, authOpts, tokenOpts, err := f.auth.Options()
 	if err != nil {
 		return usageError{err}
 	}
-	tokenOpts, err := f.auth.DialOptions()
-	if err != nil {
-		return usageError{err}
-	}
-	serverOpts, dialOpts = append(serverOpts, authz.ServerOptions()...), append(dialOpts, tokenOpts...)
+	serverOpts, dialOpts = append(serverOpts, authOpts...), append(dialOpts, tokenOpts...)
 	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.etcdUser, f.prefix, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("--etcd: %w", err)

@@ -18,6 +18,8 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -172,10 +174,14 @@ func (jf *journalsFlags) list(ctx context.Context, c *client.Client, selector st
 	return js, nil
 }
 
-// lookup returns journal name, or an error if it does not exist.
+// lookup returns journal name, or an error if it does not exist. With a
+// token that may not list journals (READ,APPEND alone, say), it returns
+// nil and no error: the read or append that follows finds out.
 func (jf *journalsFlags) lookup(ctx context.Context, c *client.Client, name string) (*protocol.ListResponse_Journal, error) {
 	js, err := jf.list(ctx, c, protocol.LabelName+"="+name)
-	if err != nil {
+	if status.Code(err) == codes.PermissionDenied {
+		return nil, nil
+	} else if err != nil {
 		return nil, err
 	}
 	for _, j := range js {
@@ -183,7 +189,11 @@ func (jf *journalsFlags) lookup(ctx context.Context, c *client.Client, name stri
 			return j, nil
 		}
 	}
-	return nil, fmt.Errorf("journal %q not found ('quire journals list' lists the journals)", name)
+	hint := ""
+	if jf.token != (authflag.Client{}) {
+		hint = ", or outside what the token may list"
+	}
+	return nil, fmt.Errorf("journal %q not found ('quire journals list' lists the journals%s)", name, hint)
 }
 
 func parseSelectorFlag(flag, sel string) error {

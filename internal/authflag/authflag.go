@@ -107,3 +107,18 @@ func (s Server) Authorizer() (*auth.Authorizer, error) {
 	}
 	return a, nil
 }
+
+// Options are the server's Authorizer, the gRPC server options that
+// check tokens with it, and the dial options that send the server's own
+// token: nil and none without --auth-keys and --token.
+func (s Server) Options() (*auth.Authorizer, []grpc.ServerOption, []grpc.DialOption, error) {
+	a, err := s.Authorizer()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dial, err := s.DialOptions()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return a, a.ServerOptions(), dial, nil
+}
