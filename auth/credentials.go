@@ -150,3 +150,10 @@ func (m *minted) Token() (string, error) {
 	m.token, m.renewAt = t, now.Add(m.ttl/2)
 	return t, nil
 }
+
+// WithToken returns ctx for calls that carry token instead of the
+// client's own ("" for none): a gateway passing on its HTTP caller's
+// bearer token, so that brokers authorize that caller.
+func WithToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, forwardKey{}, token)
+}

@@ -15,7 +15,9 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/broker"
+	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/gateway"
 	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/authflag"
 	"github.com/quire-dev/quire/internal/etcdclient"
@@ -242,6 +244,21 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		return err
 	}
 	defer adm.Close()
+	if adm != nil {
+		// The HTTP gateway, through this broker. Its connections carry
+		// TLS but not the broker's own token: each HTTP request is
+		// authorized by the token it brings, never by the broker's.
+		tlsOpts, err := f.tls.DialOptions()
+		if err != nil {
+			return err
+		}
+		journals, err := client.New(ctx, client.Config{Broker: f.advertise, DialOptions: tlsOpts, Logger: slog.Default()})
+		if err != nil {
+			return err
+		}
+		defer journals.Close()
+		adm.MountAPI(gateway.New(journals, nil, slog.Default()))
+	}
 	ctx, drain, stop := signals.Drain(ctx, "draining")
 	defer stop()
 	slog.Info("broker serving", "broker", f.zone+"#"+f.suffix, "listen", lis.Addr().String(),

@@ -31,6 +31,7 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
+	"github.com/quire-dev/quire/gateway"
 	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/authflag"
 	"github.com/quire-dev/quire/internal/devetcd"
@@ -303,6 +304,12 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 	if err == nil {
 		wc, err = startDevConsumer(sigCtx, d)
 	}
+	if err == nil && d.admin != nil {
+		var closeGateway func()
+		if closeGateway, err = d.mountGateway(ctx); err == nil {
+			defer closeGateway()
+		}
+	}
 	if err == nil {
 		printDevBanner(stdout, d)
 		select {
@@ -335,6 +342,24 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 		slog.Info("stopped; data kept", "dir", d.dir)
 	}
 	return err
+}
+
+// mountGateway serves the HTTP gateway on the admin endpoint, to the
+// broker's journals and the word count's shards, and returns what closes
+// its connections. The gateway's connections carry no token of quire
+// dev's own: each HTTP request is authorized by the token it brings.
+func (d devCluster) mountGateway(ctx context.Context) (func(), error) {
+	journals, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String(), Logger: slog.Default()})
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(d.consumerLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		journals.Close()
+		return nil, err
+	}
+	d.admin.MountAPI(gateway.New(journals, protocol.NewShardClient(conn), slog.Default()))
+	return func() { conn.Close(); journals.Close() }, nil
 }
 
 // devConsumer is quire dev's process of the word-count application.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,6 +31,30 @@ type Server struct {
 	Addr string
 	hs   *http.Server
 	done chan struct{}
+	api  *apiSlot
+}
+
+// apiSlot serves /v1/ with the handler mounted there, once there is one:
+// the endpoint serves health before the server behind the API exists.
+type apiSlot struct{ h atomic.Pointer[http.Handler] }
+
+func (a *apiSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := a.h.Load()
+	if h == nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, `{"error": "the server is starting: its HTTP API is not served yet"}`)
+		return
+	}
+	(*h).ServeHTTP(w, r)
+}
+
+// MountAPI serves h at /v1/: the HTTP gateway. A nil Server mounts
+// nothing.
+func (s *Server) MountAPI(h http.Handler) {
+	if s != nil {
+		s.api.h.Store(&h)
+	}
 }
 
 // Serve listens on addr and serves the admin endpoint until Close. flag
@@ -43,8 +68,10 @@ func Serve(flag, addr string, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{Addr: lis.Addr().String(), done: make(chan struct{}),
-		hs: &http.Server{Handler: Handler(opts), ReadHeaderTimeout: 10 * time.Second}}
+	s := &Server{Addr: lis.Addr().String(), done: make(chan struct{}), api: new(apiSlot)}
+	mux := Handler(opts).(*http.ServeMux)
+	mux.Handle("/v1/", s.api)
+	s.hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
 		if err := s.hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

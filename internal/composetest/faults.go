@@ -38,6 +38,26 @@ func (c *Cluster) Pid(service string) (int, error) {
 	return pid, nil
 }
 
+// Restarts is how many times Docker has restarted service's container
+// (its restart policy, after the process exited), and whether the
+// container is running now, its restart done.
+func (c *Cluster) Restarts(service string) (int, bool, error) {
+	id := c.ID(service)
+	if id == "" {
+		return 0, false, fmt.Errorf("%s has no container", service)
+	}
+	out, err := exec.Command("docker", "inspect", "-f", "{{.RestartCount}} {{.State.Running}} {{.State.Restarting}}", id).Output()
+	if err != nil {
+		return 0, false, fmt.Errorf("inspecting %s: %w", service, err)
+	}
+	var n int
+	var running, restarting bool
+	if _, err := fmt.Sscan(string(out), &n, &running, &restarting); err != nil {
+		return 0, false, fmt.Errorf("inspecting %s: %q: %w", service, out, err)
+	}
+	return n, running && !restarting, nil
+}
+
 // InNetns runs the host's command name in service's network namespace:
 // packet filters and queueing disciplines made there are the
 // container's, and go with it.

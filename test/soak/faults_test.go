@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -31,6 +32,24 @@ func hold(rnd *rand.Rand, least, most time.Duration) {
 	time.Sleep(least + time.Duration(rnd.Int64N(int64(most-least)+1))) // The fault lasting.
 }
 
+// awaitRestart waits until service's container has been restarted since
+// it had been restarts times, and runs: a fault that follows must not
+// find it between its exit and its restart.
+func awaitRestart(s *soak, service string, restarts int) error {
+	return composetest.Poll(time.Minute, func() error {
+		n, running, err := s.c.Restarts(service)
+		switch {
+		case err != nil:
+			return err
+		case n <= restarts:
+			return fmt.Errorf("%s has not exited and restarted since it was thawed (%d restarts)", service, n)
+		case !running:
+			return fmt.Errorf("%s is restarting", service)
+		}
+		return nil
+	})
+}
+
 func pick(rnd *rand.Rand, from []string) string { return from[rnd.IntN(len(from))] }
 
 // servers are the brokers and the consumer processes, of both
@@ -46,13 +65,24 @@ var faults = []fault{
 	{"kill-consumer", kill(consumers)},
 	{"kill-etcd", kill(composetest.Etcds)},
 	{"freeze", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
-		// Longer than the target's lease: it is presumed gone meanwhile.
+		// Longer than the target's lease: it is presumed gone meanwhile,
+		// its lease runs out, and thawed, it finds its member key gone,
+		// exits, and is restarted.
 		target := pick(rnd, servers)
+		restarts, _, err := s.c.Restarts(target)
+		if err != nil {
+			return nil, target, err
+		}
 		if err := s.c.Pause(target); err != nil {
 			return nil, target, err
 		}
 		hold(rnd, brokerLease+2*time.Second, brokerLease+4*time.Second)
-		return func() error { return s.c.Unpause(target) }, target, nil
+		return func() error {
+			if err := s.c.Unpause(target); err != nil {
+				return err
+			}
+			return awaitRestart(s, target, restarts)
+		}, target, nil
 	}},
 	{"drain", func(s *soak, rnd *rand.Rand) (func() error, string, error) {
 		// SIGTERM: it drains, exits and is started again, in the middle of load.

@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quire-dev/quire/auth"
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/labels"
+	"github.com/quire-dev/quire/protocol"
+)
+
+// MaxAppend bounds the body of an append: the gateway holds it whole, so
+// that a retried append sends the same bytes, and appends it at once.
+const MaxAppend = 64 << 20
+
+// Gateway is the HTTP gateway's handler.
+type Gateway struct {
+	journals *client.Client
+	shards   protocol.ShardClient // nil: no shards here.
+	log      *slog.Logger
+	mux      *http.ServeMux
+}
+
+// New returns a gateway to the journals of c and, if shards is not nil,
+// to the shards of the consumer application it reaches.
+func New(c *client.Client, shards protocol.ShardClient, log *slog.Logger) *Gateway {
+	if log == nil {
+		log = slog.Default()
+	}
+	g := &Gateway{journals: c, shards: shards, log: log, mux: http.NewServeMux()}
+	g.mux.HandleFunc("GET /v1/journals/{name...}", g.read)
+	g.mux.HandleFunc("POST /v1/journals/{name...}", g.append)
+	g.mux.HandleFunc("GET /v1/journals", g.list)
+	g.mux.HandleFunc("GET /v1/specs/{name...}", g.spec)
+	g.mux.HandleFunc("GET /v1/fragments/{name...}", g.fragments)
+	g.mux.HandleFunc("GET /v1/shards", g.listShards)
+	g.mux.HandleFunc("GET /v1/shards/{id...}", g.statShard)
+	g.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s (see docs/http.md)", r.Method, r.URL.Path))
+	})
+	return g
+}
+
+// ServeHTTP serves the /v1/ endpoints.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+// callerContext is r's context, carrying r's bearer token (if any) to the
+// brokers instead of the gateway's own.
+func callerContext(r *http.Request) (context.Context, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return r.Context(), nil
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(token) == "" {
+		return nil, errors.New(`the Authorization header is not "Bearer TOKEN"`)
+	}
+	return auth.WithToken(r.Context(), strings.TrimSpace(token)), nil
+}
+
+// journalName is the request's journal, checked.
+func journalName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if err := protocol.ValidateJournalName(name); err != nil {
+		return "", fmt.Errorf("journal name %q: %w", name, err)
+	}
+	return name, nil
+}
+
+// begin checks what every endpoint checks: the journal's name, and the
+// caller's token header.
+func begin(w http.ResponseWriter, r *http.Request) (context.Context, string, bool) {
+	ctx, err := callerContext(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err)
+		return nil, "", false
+	}
+	name, err := journalName(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return nil, "", false
+	}
+	return ctx, name, true
+}
+
+// statusOf maps an error of the client to the HTTP status it means.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, client.ErrJournalNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, client.ErrNoPrimary), errors.Is(err, client.ErrInsufficientReplicas):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, client.ErrOffsetNotYetAvailable):
+		return http.StatusRequestedRangeNotSatisfiable
+	case errors.Is(err, client.ErrNotAllowed):
+		return http.StatusForbidden
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError answers code with a JSON body naming what was wrong.
+func writeError(w http.ResponseWriter, code int, err error) {
+	msg := err.Error()
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		msg = s.Message()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// writeJSON answers a protocol message as JSON, with protobuf's JSON
+// mapping (so numbers of 64 bits are strings, as in every proto3 JSON).
+func writeJSON(w http.ResponseWriter, m proto.Message) {
+	data, err := protojson.MarshalOptions{EmitUnpopulated: false}.Marshal(m)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(data)
+	w.Write([]byte("\n"))
+}
+
+// intParam parses query parameter key as an integer of at least min, or
+// returns def if it is absent.
+func intParam(r *http.Request, key string, def, min int64) (int64, error) {
+	v := r.URL.Query().Get(key)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < min {
+		return 0, fmt.Errorf("%s=%q: want an integer of at least %d", key, v, min)
+	}
+	return n, nil
+}
+
+func boolParam(r *http.Request, key string) (bool, error) {
+	v := r.URL.Query().Get(key)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want true or false", key, v)
+	}
+	return b, nil
+}
+
+func selectorParam(r *http.Request) (string, error) {
+	sel := r.URL.Query().Get("selector")
+	if _, err := labels.ParseSelector(sel); err != nil {
+		return "", err
+	}
+	return sel, nil
+}
+
+// append appends the request's body to the journal, as one append, and
+// answers the committed range.
+func (g *Gateway) append(w http.ResponseWriter, r *http.Request) {
+	ctx, name, ok := begin(w, r)
+	if !ok {
+		return
+	}
+	framing := r.URL.Query().Get("framing")
+	if framing != "" && framing != "lines" && framing != "none" {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("framing=%q: want lines or none", framing))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxAppend))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("the body is over %d bytes, the most one append through the gateway may hold", MaxAppend))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
+		return
+	case len(body) == 0:
+		writeError(w, http.StatusBadRequest, errors.New("the body is empty: nothing to append"))
+		return
+	case framing == "lines" && body[len(body)-1] != '\n':
+		writeError(w, http.StatusBadRequest, errors.New("framing=lines: the body's last line has no newline"))
+		return
+	}
+	f, err := g.journals.Append(ctx, client.AppendRequest{Journal: name}, bytes.NewReader(body))
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, f)
+}

@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// list answers the journals that ?selector matches, with their specs and
+// routes.
+func (g *Gateway) list(w http.ResponseWriter, r *http.Request) {
+	ctx, err := callerContext(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err)
+		return
+	}
+	sel, err := selectorParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	js, err := g.journals.ListAll(ctx, sel)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, &protocol.ListResponse{Status: protocol.Status_OK, Journals: js})
+}
+
+// spec answers a journal's spec.
+func (g *Gateway) spec(w http.ResponseWriter, r *http.Request) {
+	ctx, name, ok := begin(w, r)
+	if !ok {
+		return
+	}
+	js, err := g.journals.ListAll(ctx, protocol.LabelName+"="+name)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	for _, j := range js {
+		if j.GetSpec().GetName() == name {
+			writeJSON(w, j.Spec)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Errorf("journal %q not found", name))
+}
+
+// fragments answers a journal's fragments, with signed URLs valid for
+// ?signature=DURATION if given.
+func (g *Gateway) fragments(w http.ResponseWriter, r *http.Request) {
+	ctx, name, ok := begin(w, r)
+	if !ok {
+		return
+	}
+	req := &protocol.FragmentsRequest{Journal: name}
+	if v := r.URL.Query().Get("signature"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("signature=%q: want a positive duration such as 1h", v))
+			return
+		}
+		req.SignatureTtl = durationpb.New(d)
+	}
+	fs, err := g.journals.ListFragments(ctx, req)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, &protocol.FragmentsResponse{Status: protocol.Status_OK, Fragments: fs})
+}
+
+// errNoShards answers the shard endpoints of a server that serves none.
+var errNoShards = errors.New("this server reaches no consumer application: its shard endpoints are served by quire dev and by consumer processes")
+
+// listShards answers the shards that ?selector matches, with their
+// replicas' status.
+func (g *Gateway) listShards(w http.ResponseWriter, r *http.Request) {
+	if g.shards == nil {
+		writeError(w, http.StatusNotFound, errNoShards)
+		return
+	}
+	ctx, err := callerContext(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err)
+		return
+	}
+	sel, err := selectorParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	resp, err := g.shards.List(ctx, &protocol.ShardListRequest{Selector: sel})
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, resp)
+}
+
+// statShard answers GET /v1/shards/ID/stat: the shard's read-through
+// offsets and its sources' write heads.
+func (g *Gateway) statShard(w http.ResponseWriter, r *http.Request) {
+	if g.shards == nil {
+		writeError(w, http.StatusNotFound, errNoShards)
+		return
+	}
+	id, ok := strings.CutSuffix(r.PathValue("id"), "/stat")
+	if !ok || id == "" {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint GET %s: want /v1/shards/ID/stat", r.URL.Path))
+		return
+	}
+	ctx, err := callerContext(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err)
+		return
+	}
+	resp, err := g.shards.Stat(ctx, &protocol.ShardStatRequest{Shard: id})
+	switch {
+	case err != nil:
+		writeError(w, statusOf(err), err)
+	case resp.Status == protocol.Status_SHARD_NOT_FOUND:
+		writeError(w, http.StatusNotFound, fmt.Errorf("shard %q not found", id))
+	case resp.Status != protocol.Status_OK:
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("shard %q: %s", id, resp.Status))
+	default:
+		writeJSON(w, resp)
+	}
+}
