@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,21 +28,42 @@ import (
 // that a retried append sends the same bytes, and appends it at once.
 const MaxAppend = 64 << 20
 
-// Gateway is the HTTP gateway's handler.
-type Gateway struct {
-	journals *client.Client
-	shards   protocol.ShardClient // nil: no shards here.
-	log      *slog.Logger
-	mux      *http.ServeMux
+// DefaultTimeout bounds how long an append, or a read's start, waits for
+// the journal's primary: longer than a failover, shorter than most HTTP
+// clients wait.
+const DefaultTimeout = 30 * time.Second
+
+// Config configures a Gateway.
+type Config struct {
+	// Journals is the client the gateway reads and appends through. Its
+	// connections should carry no token of their own: requests carry
+	// their callers'.
+	Journals *client.Client
+	// Shards, if set, serves the shard endpoints, through a consumer
+	// process.
+	Shards protocol.ShardClient
+	// Timeout bounds an append, and a read until its first content (or
+	// the write head, for a read that does not block). Zero means
+	// DefaultTimeout.
+	Timeout time.Duration
+	Logger  *slog.Logger
 }
 
-// New returns a gateway to the journals of c and, if shards is not nil,
-// to the shards of the consumer application it reaches.
-func New(c *client.Client, shards protocol.ShardClient, log *slog.Logger) *Gateway {
-	if log == nil {
-		log = slog.Default()
+// Gateway is the HTTP gateway's handler.
+type Gateway struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// New returns the gateway of cfg.
+func New(cfg Config) *Gateway {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
-	g := &Gateway{journals: c, shards: shards, log: log, mux: http.NewServeMux()}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	g := &Gateway{cfg: cfg, mux: http.NewServeMux()}
 	g.mux.HandleFunc("GET /v1/journals/{name...}", g.read)
 	g.mux.HandleFunc("POST /v1/journals/{name...}", g.append)
 	g.mux.HandleFunc("GET /v1/journals", g.list)
@@ -213,8 +235,13 @@ func (g *Gateway) append(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, errors.New("framing=lines: the body's last line has no newline"))
 		return
 	}
-	f, err := g.journals.Append(ctx, client.AppendRequest{Journal: name}, bytes.NewReader(body))
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	f, err := g.cfg.Journals.Append(ctx, client.AppendRequest{Journal: name}, bytes.NewReader(body))
+	if errors.Is(err, context.DeadlineExceeded) {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker took the append within %s: %w", g.cfg.Timeout, err))
+		return
+	} else if err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}

@@ -25,7 +25,7 @@ func (g *Gateway) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	js, err := g.journals.ListAll(ctx, sel)
+	js, err := g.cfg.Journals.ListAll(ctx, sel)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -39,7 +39,7 @@ func (g *Gateway) spec(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	js, err := g.journals.ListAll(ctx, protocol.LabelName+"="+name)
+	js, err := g.cfg.Journals.ListAll(ctx, protocol.LabelName+"="+name)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -69,7 +69,7 @@ func (g *Gateway) fragments(w http.ResponseWriter, r *http.Request) {
 		}
 		req.SignatureTtl = durationpb.New(d)
 	}
-	fs, err := g.journals.ListFragments(ctx, req)
+	fs, err := g.cfg.Journals.ListFragments(ctx, req)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -83,7 +83,7 @@ var errNoShards = errors.New("this server reaches no consumer application: its s
 // listShards answers the shards that ?selector matches, with their
 // replicas' status.
 func (g *Gateway) listShards(w http.ResponseWriter, r *http.Request) {
-	if g.shards == nil {
+	if g.cfg.Shards == nil {
 		writeError(w, http.StatusNotFound, errNoShards)
 		return
 	}
@@ -97,7 +97,7 @@ func (g *Gateway) listShards(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	resp, err := g.shards.List(ctx, &protocol.ShardListRequest{Selector: sel})
+	resp, err := g.cfg.Shards.List(ctx, &protocol.ShardListRequest{Selector: sel})
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -108,7 +108,7 @@ func (g *Gateway) listShards(w http.ResponseWriter, r *http.Request) {
 // statShard answers GET /v1/shards/ID/stat: the shard's read-through
 // offsets and its sources' write heads.
 func (g *Gateway) statShard(w http.ResponseWriter, r *http.Request) {
-	if g.shards == nil {
+	if g.cfg.Shards == nil {
 		writeError(w, http.StatusNotFound, errNoShards)
 		return
 	}
@@ -122,7 +122,7 @@ func (g *Gateway) statShard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, err)
 		return
 	}
-	resp, err := g.shards.Stat(ctx, &protocol.ShardStatRequest{Shard: id})
+	resp, err := g.cfg.Shards.Stat(ctx, &protocol.ShardStatRequest{Shard: id})
 	switch {
 	case err != nil:
 		writeError(w, statusOf(err), err)

@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/quire-dev/quire/client"
 )
@@ -26,7 +28,17 @@ func (g *Gateway) read(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	rd := g.journals.NewReader(ctx, req)
+	if req.Block {
+		g.readBlocking(ctx, w, req)
+		return
+	}
+	// A read that does not block must start within the timeout: a
+	// journal without a primary, or brokers that do not answer, answer
+	// a status rather than hold the caller.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(g.cfg.Timeout, cancel)
+	rd := g.cfg.Journals.NewReader(ctx, req)
 	defer rd.Close()
 	buf := make([]byte, readChunk)
 	n, err := rd.Read(buf)
@@ -37,34 +49,86 @@ func (g *Gateway) read(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Quire-Removed", fmt.Sprintf("%d-%d", jump.From, jump.To))
 		n, err = rd.Read(buf)
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
+	switch {
+	case !timer.Stop():
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker served the read of %s within %s: %v", name, g.cfg.Timeout, err))
+		return
+	case err != nil && !errors.Is(err, io.EOF):
+		writeError(w, statusOf(err), err)
+		return
+	case n == 0 && req.Offset > rd.WriteHead():
+		writeError(w, http.StatusRequestedRangeNotSatisfiable,
+			fmt.Errorf("offset %d is past the write head %d of %s (block=true waits for it)", req.Offset, rd.WriteHead(), name))
+		return
+	}
+	setHeaders(w, rd.Offset()-int64(n), rd.WriteHead(), rd)
+	w.WriteHeader(http.StatusOK)
+	g.stream(ctx, w, rd, buf[:n], err)
+}
+
+// readBlocking serves a read that waits at the write head for content:
+// its headers go at once, with the offset it begins at, and content as
+// it is appended.
+func (g *Gateway) readBlocking(ctx context.Context, w http.ResponseWriter, req client.ReadRequest) {
+	headCtx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	head, err := g.cfg.Journals.WriteHead(headCtx, req.Journal)
+	cancel()
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker served the read of %s within %s: %w", req.Journal, g.cfg.Timeout, err))
+		return
+	case err != nil:
 		writeError(w, statusOf(err), err)
 		return
 	}
+	if req.Offset < 0 {
+		req.Offset = head
+	}
+	setHeaders(w, req.Offset, head, nil)
+	w.WriteHeader(http.StatusOK)
+	http.NewResponseController(w).Flush()
+	rd := g.cfg.Journals.NewReader(ctx, req)
+	defer rd.Close()
+	g.stream(ctx, w, rd, nil, nil)
+}
+
+func setHeaders(w http.ResponseWriter, offset, head int64, rd *client.Reader) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Quire-Offset", strconv.FormatInt(rd.Offset()-int64(n), 10))
-	h.Set("Quire-Write-Head", strconv.FormatInt(rd.WriteHead(), 10))
-	if f, _ := rd.Fragment(); f != nil {
-		h.Set("Quire-Fragment", fmt.Sprintf("%d-%d", f.Begin, f.End))
-	}
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	for n > 0 {
-		if _, werr := w.Write(buf[:n]); werr != nil {
-			return // The caller went away.
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Quire-Offset", strconv.FormatInt(offset, 10))
+	h.Set("Quire-Write-Head", strconv.FormatInt(head, 10))
+	if rd != nil {
+		if f, _ := rd.Fragment(); f != nil {
+			h.Set("Quire-Fragment", fmt.Sprintf("%d-%d", f.Begin, f.End))
 		}
-		rc.Flush()
+	}
+}
+
+// stream writes first (what was read already, and the error that read
+// ended with), then the rest of rd, flushing each chunk to the caller.
+func (g *Gateway) stream(ctx context.Context, w http.ResponseWriter, rd *client.Reader, first []byte, err error) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, readChunk)
+	for chunk := first; ; {
+		if len(chunk) > 0 {
+			if _, werr := w.Write(chunk); werr != nil {
+				return // The caller went away.
+			}
+			rc.Flush()
+		}
 		if err != nil {
 			break
 		}
+		var n int
 		n, err = rd.Read(buf)
+		chunk = buf[:n]
 	}
-	if err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil {
+	if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 		// The status is sent: end the response early. A removed range
 		// met mid-way ends it too; reading again from the offset
 		// reached reports it in Quire-Removed.
-		g.log.Warn("gateway: a read ended early", "journal", name, "offset", rd.Offset(), "err", err)
+		g.cfg.Logger.Warn("gateway: a read ended early", "offset", rd.Offset(), "err", err)
 	}
 }
 

@@ -257,7 +257,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 			return err
 		}
 		defer journals.Close()
-		adm.MountAPI(gateway.New(journals, nil, slog.Default()))
+		adm.MountAPI(gateway.New(gateway.Config{Journals: journals}))
 	}
 	ctx, drain, stop := signals.Drain(ctx, "draining")
 	defer stop()

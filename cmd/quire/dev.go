@@ -358,7 +358,7 @@ func (d devCluster) mountGateway(ctx context.Context) (func(), error) {
 		journals.Close()
 		return nil, err
 	}
-	d.admin.MountAPI(gateway.New(journals, protocol.NewShardClient(conn), slog.Default()))
+	d.admin.MountAPI(gateway.New(gateway.Config{Journals: journals, Shards: protocol.NewShardClient(conn)}))
 	return func() { conn.Close(); journals.Close() }, nil
 }
 
