@@ -298,7 +298,9 @@ func TestListingsAreJSON(t *testing.T) {
 		t.Fatalf("spec: %s %s (%v)", resp.Status, body, err)
 	}
 	resp, body = get(t, url+"/v1/fragments/test/text")
-	var frags struct{ Fragments []struct{ Fragment struct{ Journal string } } }
+	var frags struct {
+		Fragments []struct{ Fragment struct{ Journal string } }
+	}
 	if err := json.Unmarshal(body, &frags); err != nil || resp.StatusCode != 200 ||
 		(len(frags.Fragments) > 0 && frags.Fragments[0].Fragment.Journal != "test/text") {
 		t.Fatalf("fragments: %s %s (%v)", resp.Status, body, err)
