@@ -73,7 +73,7 @@ type bearerCredentials struct{ src TokenSource }
 
 func (b bearerCredentials) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
 	token, forwarded := ctx.Value(forwardKey{}).(string)
-	if !forwarded {
+	if !forwarded && b.src != nil {
 		var err error
 		if token, err = b.src.Token(); err != nil {
 			return nil, err
@@ -151,9 +151,17 @@ func (m *minted) Token() (string, error) {
 	return t, nil
 }
 
+// CallerDialOptions are the dial options of a client that has no token of
+// its own and sends, with each call, the token its context carries (see
+// WithToken): a gateway's, whose every request brings its caller's.
+func CallerDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithPerRPCCredentials(bearerCredentials{})}
+}
+
 // WithToken returns ctx for calls that carry token instead of the
 // client's own ("" for none): a gateway passing on its HTTP caller's
-// bearer token, so that brokers authorize that caller.
+// bearer token, so that brokers authorize that caller. Only clients
+// dialled with DialOptions or CallerDialOptions send it.
 func WithToken(ctx context.Context, token string) context.Context {
 	return context.WithValue(ctx, forwardKey{}, token)
 }

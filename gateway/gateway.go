@@ -35,9 +35,9 @@ const DefaultTimeout = 30 * time.Second
 
 // Config configures a Gateway.
 type Config struct {
-	// Journals is the client the gateway reads and appends through. Its
-	// connections should carry no token of their own: requests carry
-	// their callers'.
+	// Journals is the client the gateway reads and appends through,
+	// dialled with auth.CallerDialOptions: its calls carry the token of
+	// the HTTP request they serve, and no token of their own.
 	Journals *client.Client
 	// Shards, if set, serves the shard endpoints, through a consumer
 	// process.

@@ -17,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quire-dev/quire/auth"
+	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/gateway"
+	"github.com/quire-dev/quire/internal/authtest"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/etcdtest"
 )
@@ -344,4 +347,61 @@ func TestNoBrokerIs503(t *testing.T) {
 	if resp, body := get(t, srv.URL+"/v1/journals/test/text"); resp.StatusCode != 503 || !strings.Contains(string(body), "within 1s") {
 		t.Errorf("read with no broker: %s %s, want 503", resp.Status, body)
 	}
+}
+
+// A request's bearer token is what the brokers authorize: none is
+// refused, one that lacks the capability is forbidden, the right one
+// reads and appends. The gateway lends no rights of its own.
+func TestBearerTokensReachTheBrokers(t *testing.T) {
+	key := authtest.NewKey(t)
+	c := brokertest.New(t)
+	c.Auth = key.Authorizer()
+	c.Token = auth.StaticToken(key.Token("brokers", authtest.Broker, "", time.Hour))
+	b := c.Start("a")
+	c.Journals(c.ClientWith(b, auth.StaticToken(key.Token("admin", authtest.All, "", time.Hour))), 1, "orders/a")
+	srv := httptest.NewServer(gateway.New(gateway.Config{Journals: callerClient(t, b)}))
+	t.Cleanup(srv.Close)
+	do := func(method, token string, body []byte) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+"/v1/journals/orders/a", bytes.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	writer := key.Token("w", auth.Append|auth.Read, "prefix=orders/", time.Hour)
+	reader := key.Token("r", auth.Read, "prefix=orders/", time.Hour)
+	for _, tc := range []struct {
+		method, token string
+		want          int
+	}{
+		{"POST", "", 401}, {"GET", "", 401},
+		{"POST", reader, 403},
+		{"POST", writer, 200}, {"GET", reader, 200},
+		{"GET", key.Token("r", auth.Read, "prefix=billing/", time.Hour), 403},
+		{"GET", authtest.NewKey(t).Token("r", auth.Read, "", time.Hour), 401},
+	} {
+		if code, body := do(tc.method, tc.token, []byte("order\n")); code != tc.want {
+			t.Errorf("%s with token %.12s…: %d %s, want %d", tc.method, tc.token, code, body, tc.want)
+		}
+	}
+	if code, body := do("GET", reader, nil); code != 200 || body != "order\n" {
+		t.Errorf("read back: %d %q", code, body)
+	}
+}
+
+// callerClient is a client of b that sends its calls' callers' tokens.
+func callerClient(t *testing.T, b *brokertest.Broker) *client.Client {
+	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint, DialOptions: auth.CallerDialOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/fragment"
@@ -252,7 +253,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		if err != nil {
 			return err
 		}
-		journals, err := client.New(ctx, client.Config{Broker: f.advertise, DialOptions: tlsOpts, Logger: slog.Default()})
+		journals, err := client.New(ctx, client.Config{Broker: f.advertise, DialOptions: append(tlsOpts, auth.CallerDialOptions()...), Logger: slog.Default()})
 		if err != nil {
 			return err
 		}

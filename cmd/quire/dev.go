@@ -349,11 +349,11 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 // its connections. The gateway's connections carry no token of quire
 // dev's own: each HTTP request is authorized by the token it brings.
 func (d devCluster) mountGateway(ctx context.Context) (func(), error) {
-	journals, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String(), Logger: slog.Default()})
+	journals, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String(), DialOptions: auth.CallerDialOptions(), Logger: slog.Default()})
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(d.consumerLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.consumerLis.Addr().String(), append(auth.CallerDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		journals.Close()
 		return nil, err
