@@ -163,7 +163,7 @@ func writeError(w http.ResponseWriter, code int, err error) {
 // writeJSON answers a protocol message as JSON, with protobuf's JSON
 // mapping (so numbers of 64 bits are strings, as in every proto3 JSON).
 func writeJSON(w http.ResponseWriter, m proto.Message) {
-	data, err := protojson.MarshalOptions{EmitUnpopulated: false}.Marshal(m)
+	data, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return

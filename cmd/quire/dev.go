@@ -499,7 +499,7 @@ func printDevBanner(w io.Writer, d devCluster) {
 	}
 	adminLine := ""
 	if d.admin != nil {
-		adminLine = fmt.Sprintf("  admin     http://%s/   (/metrics, /healthz, /readyz; quire health %s)\n", d.admin.Addr, d.admin.Addr)
+		adminLine = fmt.Sprintf("  admin     http://%s/   (/metrics, /healthz, /readyz; journals over HTTP at /v1/journals/NAME, docs/http.md)\n", d.admin.Addr)
 	}
 	fmt.Fprintf(w, `  broker    %s   (clients: export QUIRE_BROKER=%s)
   etcd      %s   (brokers under %s)
