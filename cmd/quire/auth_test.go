@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -144,6 +147,27 @@ func TestDevWithAuthKeys(t *testing.T) {
 	}
 	if r := quire(ctx, nil, "journals", "read", "-j", "recovery/wordcount/shard-000", "--broker", broker, "--token", w); r.err == nil || !strings.Contains(r.err.Error(), "outside the selector") {
 		t.Errorf("read outside the token's selector: %v, want it denied", r.err)
+	}
+	// The HTTP gateway on the admin address authorizes each request by
+	// its own token.
+	gw := "http://127.0.0.1:" + strconv.Itoa(ports.admin) + "/v1/journals/wordcount/words/part-001"
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", 401}, {w, 200}} {
+		req, _ := http.NewRequest("GET", gw, nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == 200 && !strings.Contains(string(body), "hello")) {
+			t.Errorf("GET %s with a token %v: %s %s, want %d", gw, tc.token != "", resp.Status, body, tc.want)
+		}
 	}
 	if code := dev.interrupt(t); code != 0 {
 		t.Errorf("quire dev exited %d", code)
