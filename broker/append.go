@@ -45,6 +45,11 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 		return s.proxyAppend(stream, first, route)
 	}
 	resp, err := r.append(ctx, stream, first)
+	if errors.Is(err, errNotPrimary) {
+		// Nothing was appended: send the writer to the new primary.
+		_, route, _ := r.view()
+		return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NOT_PRIMARY, Header: s.header(route)})
+	}
 	if err != nil {
 		appendErrors.Inc()
 		switch {

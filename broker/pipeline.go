@@ -24,6 +24,10 @@ type pipeline struct {
 // which it is torn down; the client may retry.
 var errPipeline = errors.New("replication pipeline failed")
 
+// errNotPrimary stops an append, or a roll, at a broker that is no
+// longer the journal's primary: the writer retries at the new one.
+var errNotPrimary = errors.New("this broker is no longer the journal's primary")
+
 // openPipeline opens streams to every other member of route, living until
 // routeCtx ends or the pipeline is closed.
 func (r *replica) openPipeline(routeCtx context.Context, route *protocol.Route) (*pipeline, error) {
@@ -97,6 +101,16 @@ func (p *pipeline) exchange(req *protocol.ReplicateRequest) error {
 // route, building one if needed. The caller holds the token and is primary.
 func (r *replica) ensurePipeline(ctx context.Context) (*pipeline, error) {
 	_, route, routeCtx := r.view()
+	if indexOf(route, r.srv.id) != 0 {
+		// The route moved on while the caller waited for the replica
+		// (an append queued behind others, as a drain hands the journal
+		// over). Building a pipeline on it anyway would hold this
+		// replica, which the new primary's pipeline needs, while waiting
+		// for a peer that the new primary's pipeline holds: neither
+		// would get through until one gave up.
+		r.dropPipeline()
+		return nil, errNotPrimary
+	}
 	if r.pipe != nil && sameRoute(r.pipe.route, route) && r.pipe.ctx.Err() == nil {
 		return r.pipe, nil
 	}
