@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quire-dev/quire/protocol"
@@ -102,7 +105,39 @@ func (g *Gateway) listShards(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, resp)
+	out := struct {
+		Shards []map[string]json.RawMessage `json:"shards"`
+	}{Shards: []map[string]json.RawMessage{}}
+	for _, sh := range resp.Shards {
+		m, err := shardJSON(sh)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+		out.Shards = append(out.Shards, m)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// shardJSON is a listed shard as JSON, its spec (JSON bytes on the wire)
+// an object rather than base64.
+func shardJSON(sh *protocol.ShardListResponse_Shard) (map[string]json.RawMessage, error) {
+	spec := sh.Spec
+	bare := proto.CloneOf(sh)
+	bare.Spec = nil
+	data, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(bare)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	if json.Valid(spec) {
+		m["spec"] = json.RawMessage(spec)
+	}
+	return m, nil
 }
 
 // statShard answers GET /v1/shards/ID/stat: the shard's read-through

@@ -169,6 +169,31 @@ func TestDevWithAuthKeys(t *testing.T) {
 			t.Errorf("GET %s with a token %v: %s %s, want %d", gw, tc.token != "", resp.Status, body, tc.want)
 		}
 	}
+	// And the shard endpoints, through quire dev's word count.
+	base := "http://127.0.0.1:" + strconv.Itoa(ports.admin) + "/v1/shards"
+	for _, tc := range []struct {
+		url, token, want string
+		code           int
+	}{
+		{base + "?selector=app=wordcount", operator, "wordcount/shard-000", 200},
+		{base + "/wordcount/shard-000/stat", operator, "readThrough", 200},
+		{base + "/wordcount/shard-000/stat", "", "needs a token", 401},
+		{base + "/wordcount/nope/stat", operator, "not found", 404},
+	} {
+		req, _ := http.NewRequest("GET", tc.url, nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.want) {
+			t.Errorf("GET %s: %s %s, want %d with %q", tc.url, resp.Status, body, tc.code, tc.want)
+		}
+	}
 	if code := dev.interrupt(t); code != 0 {
 		t.Errorf("quire dev exited %d", code)
 	}
