@@ -173,7 +173,7 @@ func TestDevWithAuthKeys(t *testing.T) {
 	base := "http://127.0.0.1:" + strconv.Itoa(ports.admin) + "/v1/shards"
 	for _, tc := range []struct {
 		url, token, want string
-		code           int
+		code             int
 	}{
 		{base + "?selector=app=wordcount", operator, "wordcount/shard-000", 200},
 		{base + "/wordcount/shard-000/stat", operator, "readThrough", 200},
