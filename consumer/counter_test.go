@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -135,6 +136,14 @@ func (p *publisher) publish(t testing.TB, journal string, msgs ...*countMsg) {
 	p.mu.Lock()
 	p.ends[journal] = max(p.ends[journal], f.End)
 	p.mu.Unlock()
+}
+
+// endsNow returns a copy of ends, for a test that publishes from another
+// goroutine than the one that reads.
+func (p *publisher) endsNow() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.ends)
 }
 
 // shardClient returns a Shard client of any process of the fleet, or of

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -397,7 +398,7 @@ func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recove
 	deadline := time.Now().Add(2 * r.srv.cfg.LeaseTTL)
 	pause := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		takeOverHook(spec.ID, attempt)
+		(*takeOverHook.Load())(spec.ID, attempt)
 		rec, err := recoverylog.NewRecorder(r.ctx, recoverylog.RecorderConfig{
 			Client: r.srv.cfg.Journals, Journal: spec.RecoveryLog(), Author: author,
 			Dir: r.dir, FSM: player.FSM()})
@@ -425,8 +426,16 @@ func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recove
 // maxTakeOverPause bounds the pause between attempts of a takeover.
 const maxTakeOverPause = 500 * time.Millisecond
 
-// takeOverHook is called before each attempt of a takeover. Tests set it.
-var takeOverHook = func(shard string, attempt int) {}
+// takeOverHook is called before each attempt of a takeover. Tests set it
+// while shards of earlier tests may still be running, hence atomic.
+var takeOverHook atomic.Pointer[func(shard string, attempt int)]
+
+func init() { resetTakeOverHook() }
+
+func resetTakeOverHook() {
+	nop := func(string, int) {}
+	takeOverHook.Store(&nop)
+}
 
 func (r *replica) assignmentRevision() int64 {
 	r.mu.Lock()

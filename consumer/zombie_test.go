@@ -113,17 +113,24 @@ func TestTakeOverOutlastsAZombieStillCommitting(t *testing.T) {
 
 	// Before each of the successor's first dozen attempts, the zombie
 	// commits once more, moving the log past what the successor played.
+	// The hook runs on the successor's goroutine; done tells the test
+	// that the last of those commits is in.
 	const zombieCommits = 12
+	done := make(chan struct{})
 	reset := consumer.SetTakeOverHook(func(shard string, attempt int) {
 		if shard == spec.ID && attempt <= zombieCommits {
 			p.publish(t, "counts/in-0", &countMsg{Key: "a"})
-			statOf(t, zombies.Client(z), spec.ID, p.ends)
+			statOf(t, zombies.Client(z), spec.ID, p.endsNow())
+			if attempt == zombieCommits {
+				close(done)
+			}
 		}
 	})
 	defer reset()
 	c.fleet.Start("c1", "zb")
 	c.applySpecs(spec)
-	c.stat(spec.ID, p.ends)
+	<-done
+	c.stat(spec.ID, p.endsNow())
 	if got := c.counts(spec.ID, "a")["a"]; got != 1+zombieCommits {
 		t.Errorf("count of a = %d, want %d (each message once)", got, 1+zombieCommits)
 	}
