@@ -78,7 +78,7 @@ func validateScenarioMember(m ScenarioMember) error {
 		return err
 	}
 	if m.ItemLimit < 0 {
-		return fmt.Errorf("member %s/%s: itemLimit %d is negative", m.Zone, m.Suffix, m.ItemLimit)
+		return fmt.Errorf("member %s: itemLimit %d is negative", MemberName(m.Zone, m.Suffix), m.ItemLimit)
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func validateScenarioAssignments(as []ScenarioAssignment, members, items map[str
 		case a.Slot < 0:
 			return fmt.Errorf("assignments[%d]: slot %d is negative", i, a.Slot)
 		case seen[a.Item+sep+name]:
-			return fmt.Errorf("assignments[%d]: item %q is assigned to member %s/%s twice", i, a.Item, a.Zone, a.Suffix)
+			return fmt.Errorf("assignments[%d]: item %q is assigned to member %s twice", i, a.Item, MemberName(a.Zone, a.Suffix))
 		case seen[fmt.Sprintf("%s%s%d", a.Item, sep+sep, a.Slot)]:
 			return fmt.Errorf("assignments[%d]: item %q has slot %d twice", i, a.Item, a.Slot)
 		}
@@ -158,7 +158,11 @@ func ScenarioOf(s *State) *Scenario {
 // Plan is what the allocator would converge a fleet to.
 type Plan struct {
 	Assignments []ScenarioAssignment `json:"assignments" yaml:"assignments"`
-	Stats       PlanStats            `json:"stats" yaml:"stats"`
+	// Added and Removed are the moves: assignments to members that do not
+	// hold the item now, and current ones the plan drops.
+	Added   []ScenarioAssignment `json:"added" yaml:"added"`
+	Removed []ScenarioAssignment `json:"removed" yaml:"removed"`
+	Stats   PlanStats            `json:"stats" yaml:"stats"`
 }
 
 // PlanStats summarize a Plan.
@@ -192,6 +196,7 @@ func PlanScenario(sc *Scenario) *Plan {
 	for i, it := range s.Items {
 		plan.Assignments = append(plan.Assignments, finalSlots(s, it.ID, sol.Assigned[i])...)
 	}
+	plan.Added, plan.Removed = sc.changes(plan.Assignments)
 	return plan
 }
 

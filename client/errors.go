@@ -74,7 +74,7 @@ func (e *StatusError) Error() string {
 		s += ": " + e.Detail
 	}
 	if id := e.Header.GetProcessId(); id != nil {
-		s += fmt.Sprintf(" [broker %s/%s]", id.GetZone(), id.GetSuffix())
+		s += fmt.Sprintf(" [broker %s#%s]", id.GetZone(), id.GetSuffix())
 	}
 	return s
 }

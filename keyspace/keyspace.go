@@ -328,6 +328,10 @@ func (ks *KeySpace) publish(kvs KeyValues, rev int64) {
 	ks.changed = make(chan struct{})
 }
 
+// SetLogger sets the logger of values that do not decode; nil means
+// slog.Default(). Call it before Load.
+func (ks *KeySpace) SetLogger(l *slog.Logger) { ks.log = l }
+
 func (ks *KeySpace) logger() *slog.Logger {
 	if ks.log != nil {
 		return ks.log

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.yaml.in/yaml/v3"
 
@@ -35,6 +37,7 @@ func newAllocatorCommand() *cobra.Command {
 
 type planFlags struct {
 	file, output, etcd, prefix, fleet string
+	drain, add, replication           []string
 	timeout                           time.Duration
 	etcdTLS                           tlsconfig.Files
 	etcdUser                          etcdclient.User
@@ -57,7 +60,12 @@ or a consumer application's /quire/consumers/NAME/): brokers and their
 journals, consumer processes and their shards (replication 1 +
 hotStandbys), or the members of quire allocator member, as --fleet says or,
 by default, as the fleet's values show.
-Bad input is reported on standard error with exit code 2.`,
+
+Ask what if: --drain ZONE#SUFFIX drains a member, --add ZONE#SUFFIX:LIMIT
+adds one, --replication ITEM=N changes an item's replication (each may be
+repeated). The plan lists the moves: assignments added and removed.
+Bad input — a prefix that holds no fleet, a value that does not decode, an
+unknown member or item — is reported on standard error with exit code 2.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runPlan(cmd.Context(), cmd.OutOrStdout(), f)
@@ -68,6 +76,9 @@ Bad input is reported on standard error with exit code 2.`,
 	cmd.Flags().StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints of a live fleet")
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "the live fleet's key prefix, e.g. /quire/brokers/")
 	cmd.Flags().StringVar(&f.fleet, "fleet", "auto", "the live fleet's kind: brokers, consumers, plain (quire allocator member), or auto (by its values)")
+	cmd.Flags().StringArrayVar(&f.drain, "drain", nil, "what if member ZONE#SUFFIX drained (repeatable)")
+	cmd.Flags().StringArrayVar(&f.add, "add", nil, "what if member ZONE#SUFFIX:LIMIT joined (repeatable)")
+	cmd.Flags().StringArrayVar(&f.replication, "replication", nil, "what if item ITEM had replication N, as ITEM=N (repeatable)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "etcd timeout")
 	f.etcdTLS.AddFlags(cmd.Flags(), "etcd", "QUIRE_ETCD", "this etcd client")
 	f.etcdUser.AddFlags(cmd.Flags())
@@ -101,12 +112,47 @@ func runPlan(ctx context.Context, stdout io.Writer, f planFlags) error {
 	if err := sc.Validate(); err != nil {
 		return usageError{fmt.Errorf("scenario: %w", err)}
 	}
+	w, err := f.whatIf()
+	if err != nil {
+		return err
+	}
+	if err := sc.Apply(w); err != nil {
+		return usageError{err}
+	}
+	if err := sc.Validate(); err != nil {
+		return usageError{fmt.Errorf("what if: %w", err)}
+	}
 	var out bytes.Buffer
 	if err := writePlan(&out, allocator.PlanScenario(sc), f.output); err != nil {
 		return err
 	}
 	_, err = stdout.Write(out.Bytes())
 	return err
+}
+
+// whatIf is the change the flags ask about.
+func (f planFlags) whatIf() (allocator.WhatIf, error) {
+	w := allocator.WhatIf{Drain: f.drain, Replication: map[string]int{}}
+	for _, name := range f.drain {
+		if _, _, err := allocator.ParseMemberName(name); err != nil {
+			return w, usagef("--drain: %w", err)
+		}
+	}
+	for _, s := range f.add {
+		m, err := allocator.ParseAddedMember(s)
+		if err != nil {
+			return w, usagef("--add: %w", err)
+		}
+		w.Add = append(w.Add, m)
+	}
+	for _, s := range f.replication {
+		id, n, err := allocator.ParseReplication(s)
+		if err != nil {
+			return w, usagef("--replication: %w", err)
+		}
+		w.Replication[id] = n
+	}
+	return w, nil
 }
 
 func readScenario(path string) (*allocator.Scenario, error) {
@@ -140,16 +186,32 @@ func liveScenario(ctx context.Context, f planFlags) (*allocator.Scenario, error)
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	decoders, err := fleetDecoders(ctx, client, f.prefix, f.fleet)
+	decoders, kind, err := fleetDecoders(ctx, client, f.prefix, f.fleet)
 	if err != nil {
 		return nil, err
 	}
-	ks := keyspace.New(f.prefix, allocator.NewDecoder(f.prefix, decoders))
+	var bad []error
+	decode := allocator.NewDecoder(f.prefix, decoders)
+	ks := keyspace.New(f.prefix, func(kv *mvccpb.KeyValue) (any, error) {
+		v, err := decode(kv)
+		if err != nil && !errors.Is(err, keyspace.ErrSkip) {
+			bad = append(bad, fmt.Errorf("key %s: %w", kv.Key, err))
+		}
+		return v, err
+	})
+	ks.SetLogger(slog.New(slog.DiscardHandler)) // bad values are this command's error
 	if err := ks.Load(ctx, client, 0); err != nil {
 		return nil, fmt.Errorf("reading fleet %s from etcd %s: %w", f.prefix, f.etcd, err)
 	}
+	if len(bad) > 0 {
+		return nil, usagef("fleet %s (as %s): %d values do not decode; the first: %w", f.prefix, kind, len(bad), bad[0])
+	}
 	kvs, rev := ks.Snapshot()
-	return allocator.ScenarioOf(allocator.NewState(f.prefix, kvs, rev)), nil
+	sc := allocator.ScenarioOf(allocator.NewState(f.prefix, kvs, rev))
+	if len(sc.Members) == 0 && len(sc.Items) == 0 {
+		return nil, usagef("--prefix %s: etcd %s holds no fleet there (no members, no items)", f.prefix, f.etcd)
+	}
+	return sc, nil
 }
 
 // fleetDecoders are the decoders of the fleet under prefix, as kind
@@ -159,11 +221,11 @@ func liveScenario(ctx context.Context, f planFlags) (*allocator.Scenario, error)
 // with an id a shard, and a fleet without items is the brokers' if its
 // members have endpoints. Keys of an owner's own under its prefix (cut
 // reports, recovery-log hints) are skipped.
-func fleetDecoders(ctx context.Context, client *clientv3.Client, prefix, kind string) (allocator.Decoders, error) {
+func fleetDecoders(ctx context.Context, client *clientv3.Client, prefix, kind string) (allocator.Decoders, string, error) {
 	if kind == "auto" {
 		var err error
 		if kind, err = fleetKind(ctx, client, prefix); err != nil {
-			return allocator.Decoders{}, err
+			return allocator.Decoders{}, "", err
 		}
 	}
 	var d allocator.Decoders
@@ -174,7 +236,7 @@ func fleetDecoders(ctx context.Context, client *clientv3.Client, prefix, kind st
 		d = consumer.Decoders
 	}
 	d.SkipOthers = true
-	return d, nil
+	return d, kind, nil
 }
 
 // fleetKind tells the kind of the fleet under prefix by its first item,
@@ -213,9 +275,18 @@ func writePlan(w io.Writer, p *allocator.Plan, format string) error {
 		return enc.Encode(p)
 	}
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ITEM\tSLOT\tZONE\tSUFFIX")
+	fmt.Fprintln(tw, "ITEM\tSLOT\tMEMBER")
 	for _, a := range p.Assignments {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", a.Item, a.Slot, a.Zone, a.Suffix)
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", a.Item, a.Slot, allocator.MemberName(a.Zone, a.Suffix))
+	}
+	if len(p.Added)+len(p.Removed) > 0 {
+		fmt.Fprintln(tw, "\nMOVE\tITEM\tSLOT\tMEMBER")
+		for _, a := range p.Removed {
+			fmt.Fprintf(tw, "remove\t%s\t%d\t%s\n", a.Item, a.Slot, allocator.MemberName(a.Zone, a.Suffix))
+		}
+		for _, a := range p.Added {
+			fmt.Fprintf(tw, "add\t%s\t%d\t%s\n", a.Item, a.Slot, allocator.MemberName(a.Zone, a.Suffix))
+		}
 	}
 	tw.Flush()
 	s := p.Stats

@@ -98,6 +98,10 @@ func TestPlanJSON(t *testing.T) {
 			Item, Zone, Suffix string
 			Slot               int
 		} `json:"assignments"`
+		Added, Removed []struct {
+			Item, Zone, Suffix string
+			Slot               int
+		}
 		Stats map[string]float64 `json:"stats"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -126,6 +130,9 @@ func TestPlanJSON(t *testing.T) {
 	}
 	if plan.Stats["desiredSlots"] != 5 || plan.Stats["assignedSlots"] != 5 || plan.Stats["kept"] != 1 || plan.Stats["added"] != 4 {
 		t.Errorf("stats %v", plan.Stats)
+	}
+	if len(plan.Added) != 4 || len(plan.Removed) != 0 {
+		t.Errorf("moves +%v -%v, want the 4 new replicas added", plan.Added, plan.Removed)
 	}
 }
 
