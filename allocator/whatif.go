@@ -19,7 +19,7 @@ func ParseMemberName(name string) (zone, suffix string, err error) {
 // WhatIf is a change to a fleet that a planner asks about: members that
 // drain, members that join, and items whose replication changes.
 type WhatIf struct {
-	Drain       []string       // members, as ZONE#SUFFIX
+	Drain       []string // members, as ZONE#SUFFIX
 	Add         []ScenarioMember
 	Replication map[string]int // by item ID
 }
