@@ -54,7 +54,7 @@ import (
 // Parsing is strict: unknown fields, repeated keys, a shard ID given twice,
 // anchors and aliases, and more than one YAML document are errors.
 func ParseShardFile(data []byte) (specs []*ShardSpec, err error) {
-	root, err := yamlspec.Decode(data, "shard file")
+	root, err := yamlspec.Decode(data)
 	if err != nil || root == nil {
 		return nil, err
 	}

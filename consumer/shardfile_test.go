@@ -147,7 +147,7 @@ func TestParseShardFileErrors(t *testing.T) {
 		{"shards: &a []", "anchors and aliases are not supported (line 1)"},
 		{"x: &a 1\nshards: *a", "anchors and aliases are not supported"},
 		{"shards: []\n---\nshards: []", "more than one YAML document"},
-		{"shards: [", "shard file: yaml:"},
+		{"shards: [", "yaml:"},
 		{"{[a]: 1}", "keys must be plain strings"},
 		{"shards: " + strings.Repeat("[", 70) + strings.Repeat("]", 70), "nested more than 64 levels deep"},
 	} {

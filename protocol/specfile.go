@@ -61,7 +61,7 @@ import (
 // whole. Parsing is strict: unknown fields, repeated keys, a journal named
 // twice, anchors and aliases, and more than one YAML document are errors.
 func ParseSpecFile(data []byte) (specs []*JournalSpec, err error) {
-	root, err := yamlspec.Decode(data, "spec file")
+	root, err := yamlspec.Decode(data)
 	if err != nil || root == nil {
 		return nil, err
 	}

@@ -137,8 +137,12 @@ func TestParseSpecFileErrors(t *testing.T) {
 		{"journals: []\n---\njournals: []\n", "more than one YAML document (line 2)"},
 		{"journals: [{name: a, replication: 1, fragment: &f {length: 1MiB}}, {name: b, replication: 1, fragment: *f}]", "anchors and aliases are not supported"},
 		{"journals: [{name: a, replication: 1, <<: {x: 1}}]", `unknown field "<<"`},
-		{"journals: [{name: a\n", "spec file: yaml:"},
-		{"\tjournals: []", "spec file: yaml:"},
+		{"journals: [{name: a\n", "yaml:"},
+		{"\tjournals: []", "yaml:"},
+		// The parser names the line where the list began; the error names
+		// the mis-indented entry's.
+		{"journals:\n  - name: a\n    replication: 1\n   - name: b\n", "yaml: line 4: did not find expected '-' indicator"},
+		{"defaults:\n  labels: {app: x}\njournals:\n  - name: a\n    replication: 1\n  - name: b\n    replication: [1\n", "yaml: line 7:"},
 	} {
 		_, err := ParseSpecFile([]byte(tc.file))
 		checkErr(t, tc.file, err, tc.err)

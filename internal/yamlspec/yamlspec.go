@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -22,15 +23,15 @@ import (
 const maxDepth = 64
 
 // Decode parses the single YAML document of data, and returns its root
-// node, or nil if the document is empty or null. what names the file in
-// errors ("spec file"). It refuses more than one document, anchors and
-// aliases (which would make a node appear in several places and, nested,
-// blow up exponentially) and deep nesting, and turns any panic of the YAML
-// parser into an error.
-func Decode(data []byte, what string) (root *yaml.Node, err error) {
+// node, or nil if the document is empty or null. It refuses more than one
+// document, anchors and aliases (which would make a node appear in several
+// places and, nested, blow up exponentially) and deep nesting, and turns
+// any panic of the YAML parser into an error. Errors do not name the file:
+// the caller does.
+func Decode(data []byte) (root *yaml.Node, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			root, err = nil, fmt.Errorf("%s: YAML parser failed: %v", what, r)
+			root, err = nil, fmt.Errorf("YAML parser failed: %v", r)
 		}
 	}()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -39,20 +40,20 @@ func Decode(data []byte, what string) (root *yaml.Node, err error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%s: %v", what, err)
+		return nil, locate(data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v", what, err)
+			return nil, locate(data, err)
 		}
-		return nil, fmt.Errorf("%s: more than one YAML document (line %d)", what, extra.Line)
+		return nil, fmt.Errorf("more than one YAML document (line %d)", extra.Line)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil, nil
 	}
 	root = doc.Content[0]
-	if err := checkTree(root, what, 0); err != nil {
+	if err := checkTree(root, 0); err != nil {
 		return nil, err
 	}
 	if IsNull(root) {
@@ -61,15 +62,51 @@ func Decode(data []byte, what string) (root *yaml.Node, err error) {
 	return root, nil
 }
 
-func checkTree(n *yaml.Node, what string, depth int) error {
+// lineOf matches the line that the YAML parser names in its errors.
+var lineOf = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// locate gives a parser error the line where the problem is. The parser
+// names the line where the enclosing collection began (a mis-indented
+// entry on line 4 of a list begun on line 1 is "line 1"); the first line
+// at which a prefix of data fails to parse with the same complaint is
+// where the problem is. Found by bisection over prefixes, so a file of n
+// lines costs log n parses; if no prefix fails the same way, the parser's
+// own line stands.
+func locate(data []byte, err error) error {
+	m := lineOf.FindStringSubmatch(err.Error())
+	if m == nil {
+		return fmt.Errorf("%w", err)
+	}
+	what := strings.TrimPrefix(err.Error(), m[0])
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	fails := func(n int) bool {
+		var doc yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:n], nil), &doc)
+		return err != nil && strings.HasSuffix(err.Error(), ": "+what)
+	}
+	lo, hi := 0, len(lines) // fails(hi) holds; find the least such n.
+	if !fails(hi) {
+		return fmt.Errorf("%w", err)
+	}
+	for lo+1 < hi {
+		if mid := (lo + hi) / 2; fails(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return fmt.Errorf("yaml: line %d: %s", hi, what)
+}
+
+func checkTree(n *yaml.Node, depth int) error {
 	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		return fmt.Errorf("%s: anchors and aliases are not supported (line %d)", what, n.Line)
+		return fmt.Errorf("anchors and aliases are not supported (line %d)", n.Line)
 	}
 	if depth > maxDepth {
-		return fmt.Errorf("%s: nested more than %d levels deep (line %d)", what, maxDepth, n.Line)
+		return fmt.Errorf("nested more than %d levels deep (line %d)", maxDepth, n.Line)
 	}
 	for _, c := range n.Content {
-		if err := checkTree(c, what, depth+1); err != nil {
+		if err := checkTree(c, depth+1); err != nil {
 			return err
 		}
 	}
