@@ -75,7 +75,7 @@ var lineOf = regexp.MustCompile(`^yaml: line (\d+): `)
 func locate(data []byte, err error) error {
 	m := lineOf.FindStringSubmatch(err.Error())
 	if m == nil {
-		return fmt.Errorf("%w", err)
+		return err
 	}
 	what := strings.TrimPrefix(err.Error(), m[0])
 	lines := bytes.SplitAfter(data, []byte("\n"))
@@ -86,7 +86,7 @@ func locate(data []byte, err error) error {
 	}
 	lo, hi := 0, len(lines) // fails(hi) holds; find the least such n.
 	if !fails(hi) {
-		return fmt.Errorf("%w", err)
+		return err
 	}
 	for lo+1 < hi {
 		if mid := (lo + hi) / 2; fails(mid) {
