@@ -19,9 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quire-dev/quire/allocator"
-	"github.com/quire-dev/quire/broker"
-	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/etcdclient"
+	"github.com/quire-dev/quire/internal/fleet"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/keyspace"
 )
@@ -215,52 +214,16 @@ func liveScenario(ctx context.Context, f planFlags) (*allocator.Scenario, error)
 }
 
 // fleetDecoders are the decoders of the fleet under prefix, as kind
-// says: the brokers' (journal specs as items), a consumer application's
-// (shard specs), or a plain allocator fleet's (quire allocator member);
-// for "auto", as its values show: an item with a name is a journal, one
-// with an id a shard, and a fleet without items is the brokers' if its
-// members have endpoints. Keys of an owner's own under its prefix (cut
-// reports, recovery-log hints) are skipped.
+// says, or for "auto", as its values show (see fleet.KindOf).
 func fleetDecoders(ctx context.Context, client *clientv3.Client, prefix, kind string) (allocator.Decoders, string, error) {
+	k := fleet.Kind(kind)
 	if kind == "auto" {
 		var err error
-		if kind, err = fleetKind(ctx, client, prefix); err != nil {
+		if k, err = fleet.KindOf(ctx, client, prefix); err != nil {
 			return allocator.Decoders{}, "", err
 		}
 	}
-	var d allocator.Decoders
-	switch kind {
-	case "brokers":
-		d = broker.Decoders
-	case "consumers":
-		d = consumer.Decoders
-	}
-	d.SkipOthers = true
-	return d, kind, nil
-}
-
-// fleetKind tells the kind of the fleet under prefix by its first item,
-// else its first member.
-func fleetKind(ctx context.Context, client *clientv3.Client, prefix string) (string, error) {
-	var probe struct {
-		Name, ID, Endpoint *string
-	}
-	for _, under := range []string{allocator.ItemsPrefix, allocator.MembersPrefix} {
-		resp, err := client.Get(ctx, prefix+under, clientv3.WithPrefix(), clientv3.WithLimit(1))
-		if err != nil {
-			return "", fmt.Errorf("reading fleet %s: %w", prefix, err)
-		}
-		if len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &probe) == nil {
-			break
-		}
-	}
-	switch {
-	case probe.ID != nil:
-		return "consumers", nil
-	case probe.Name != nil, probe.Endpoint != nil:
-		return "brokers", nil
-	}
-	return "plain", nil
+	return k.Decoders(), string(k), nil
 }
 
 func writePlan(w io.Writer, p *allocator.Plan, format string) error {
