@@ -35,7 +35,7 @@ func FuzzBearer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, header string) {
 		r := httptest.NewRequest("GET", "/v1/journals", nil)
 		r.Header["Authorization"] = []string{header}
-		_, err := callerContext(r)
+		_, err := CallerContext(r)
 		scheme, token, _ := strings.Cut(header, " ")
 		wellFormed := strings.EqualFold(scheme, "bearer") && strings.TrimSpace(token) != ""
 		if header != "" && (err == nil) != wellFormed {

@@ -72,7 +72,7 @@ func New(cfg Config) *Gateway {
 	g.mux.HandleFunc("GET /v1/shards", g.listShards)
 	g.mux.HandleFunc("GET /v1/shards/{id...}", g.statShard)
 	g.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s (see docs/http.md)", r.Method, r.URL.Path))
+		WriteError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s (see docs/http.md)", r.Method, r.URL.Path))
 	})
 	return g
 }
@@ -80,9 +80,9 @@ func New(cfg Config) *Gateway {
 // ServeHTTP serves the /v1/ endpoints.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
 
-// callerContext is r's context, carrying r's bearer token (if any) to the
+// CallerContext is r's context, carrying r's bearer token (if any) to the
 // brokers instead of the gateway's own.
-func callerContext(r *http.Request) (context.Context, error) {
+func CallerContext(r *http.Request) (context.Context, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return r.Context(), nil
@@ -106,21 +106,21 @@ func journalName(r *http.Request) (string, error) {
 // begin checks what every endpoint checks: the journal's name, and the
 // caller's token header.
 func begin(w http.ResponseWriter, r *http.Request) (context.Context, string, bool) {
-	ctx, err := callerContext(r)
+	ctx, err := CallerContext(r)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, err)
+		WriteError(w, http.StatusUnauthorized, err)
 		return nil, "", false
 	}
 	name, err := journalName(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		WriteError(w, http.StatusBadRequest, err)
 		return nil, "", false
 	}
 	return ctx, name, true
 }
 
-// statusOf maps an error of the client to the HTTP status it means.
-func statusOf(err error) int {
+// StatusOf maps an error of the client to the HTTP status it means.
+func StatusOf(err error) int {
 	switch {
 	case errors.Is(err, client.ErrJournalNotFound):
 		return http.StatusNotFound
@@ -148,8 +148,8 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// writeError answers code with a JSON body naming what was wrong.
-func writeError(w http.ResponseWriter, code int, err error) {
+// WriteError answers code with a JSON body naming what was wrong.
+func WriteError(w http.ResponseWriter, code int, err error) {
 	msg := err.Error()
 	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
 		msg = s.Message()
@@ -165,7 +165,7 @@ func writeError(w http.ResponseWriter, code int, err error) {
 func writeJSON(w http.ResponseWriter, m proto.Message) {
 	data, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
+		WriteError(w, http.StatusInternalServerError, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -216,33 +216,33 @@ func (g *Gateway) append(w http.ResponseWriter, r *http.Request) {
 	}
 	framing := r.URL.Query().Get("framing")
 	if framing != "" && framing != "lines" && framing != "none" {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("framing=%q: want lines or none", framing))
+		WriteError(w, http.StatusBadRequest, fmt.Errorf("framing=%q: want lines or none", framing))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxAppend))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("the body is over %d bytes, the most one append through the gateway may hold", MaxAppend))
+		WriteError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("the body is over %d bytes, the most one append through the gateway may hold", MaxAppend))
 		return
 	case err != nil:
-		writeError(w, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
+		WriteError(w, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
 		return
 	case len(body) == 0:
-		writeError(w, http.StatusBadRequest, errors.New("the body is empty: nothing to append"))
+		WriteError(w, http.StatusBadRequest, errors.New("the body is empty: nothing to append"))
 		return
 	case framing == "lines" && body[len(body)-1] != '\n':
-		writeError(w, http.StatusBadRequest, errors.New("framing=lines: the body's last line has no newline"))
+		WriteError(w, http.StatusBadRequest, errors.New("framing=lines: the body's last line has no newline"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	f, err := g.cfg.Journals.Append(ctx, client.AppendRequest{Journal: name}, bytes.NewReader(body))
 	if errors.Is(err, context.DeadlineExceeded) {
-		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker took the append within %s: %w", g.cfg.Timeout, err))
+		WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker took the append within %s: %w", g.cfg.Timeout, err))
 		return
 	} else if err != nil {
-		writeError(w, statusOf(err), err)
+		WriteError(w, StatusOf(err), err)
 		return
 	}
 	writeJSON(w, f)

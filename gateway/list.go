@@ -18,19 +18,19 @@ import (
 // list answers the journals that ?selector matches, with their specs and
 // routes.
 func (g *Gateway) list(w http.ResponseWriter, r *http.Request) {
-	ctx, err := callerContext(r)
+	ctx, err := CallerContext(r)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, err)
+		WriteError(w, http.StatusUnauthorized, err)
 		return
 	}
 	sel, err := selectorParam(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		WriteError(w, http.StatusBadRequest, err)
 		return
 	}
 	js, err := g.cfg.Journals.ListAll(ctx, sel)
 	if err != nil {
-		writeError(w, statusOf(err), err)
+		WriteError(w, StatusOf(err), err)
 		return
 	}
 	writeJSON(w, &protocol.ListResponse{Status: protocol.Status_OK, Journals: js})
@@ -44,7 +44,7 @@ func (g *Gateway) spec(w http.ResponseWriter, r *http.Request) {
 	}
 	js, err := g.cfg.Journals.ListAll(ctx, protocol.LabelName+"="+name)
 	if err != nil {
-		writeError(w, statusOf(err), err)
+		WriteError(w, StatusOf(err), err)
 		return
 	}
 	for _, j := range js {
@@ -53,7 +53,7 @@ func (g *Gateway) spec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, fmt.Errorf("journal %q not found", name))
+	WriteError(w, http.StatusNotFound, fmt.Errorf("journal %q not found", name))
 }
 
 // fragments answers a journal's fragments, with signed URLs valid for
@@ -67,14 +67,14 @@ func (g *Gateway) fragments(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("signature"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("signature=%q: want a positive duration such as 1h", v))
+			WriteError(w, http.StatusBadRequest, fmt.Errorf("signature=%q: want a positive duration such as 1h", v))
 			return
 		}
 		req.SignatureTtl = durationpb.New(d)
 	}
 	fs, err := g.cfg.Journals.ListFragments(ctx, req)
 	if err != nil {
-		writeError(w, statusOf(err), err)
+		WriteError(w, StatusOf(err), err)
 		return
 	}
 	writeJSON(w, &protocol.FragmentsResponse{Status: protocol.Status_OK, Fragments: fs})
@@ -87,22 +87,22 @@ var errNoShards = errors.New("this server reaches no consumer application: its s
 // replicas' status.
 func (g *Gateway) listShards(w http.ResponseWriter, r *http.Request) {
 	if g.cfg.Shards == nil {
-		writeError(w, http.StatusNotFound, errNoShards)
+		WriteError(w, http.StatusNotFound, errNoShards)
 		return
 	}
-	ctx, err := callerContext(r)
+	ctx, err := CallerContext(r)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, err)
+		WriteError(w, http.StatusUnauthorized, err)
 		return
 	}
 	sel, err := selectorParam(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		WriteError(w, http.StatusBadRequest, err)
 		return
 	}
 	resp, err := g.cfg.Shards.List(ctx, &protocol.ShardListRequest{Selector: sel})
 	if err != nil {
-		writeError(w, statusOf(err), err)
+		WriteError(w, StatusOf(err), err)
 		return
 	}
 	out := struct {
@@ -111,7 +111,7 @@ func (g *Gateway) listShards(w http.ResponseWriter, r *http.Request) {
 	for _, sh := range resp.Shards {
 		m, err := shardJSON(sh)
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, err)
+			WriteError(w, http.StatusInternalServerError, err)
 			return
 		}
 		out.Shards = append(out.Shards, m)
@@ -144,27 +144,27 @@ func shardJSON(sh *protocol.ShardListResponse_Shard) (map[string]json.RawMessage
 // offsets and its sources' write heads.
 func (g *Gateway) statShard(w http.ResponseWriter, r *http.Request) {
 	if g.cfg.Shards == nil {
-		writeError(w, http.StatusNotFound, errNoShards)
+		WriteError(w, http.StatusNotFound, errNoShards)
 		return
 	}
 	id, ok := strings.CutSuffix(r.PathValue("id"), "/stat")
 	if !ok || id == "" {
-		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint GET %s: want /v1/shards/ID/stat", r.URL.Path))
+		WriteError(w, http.StatusNotFound, fmt.Errorf("no endpoint GET %s: want /v1/shards/ID/stat", r.URL.Path))
 		return
 	}
-	ctx, err := callerContext(r)
+	ctx, err := CallerContext(r)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, err)
+		WriteError(w, http.StatusUnauthorized, err)
 		return
 	}
 	resp, err := g.cfg.Shards.Stat(ctx, &protocol.ShardStatRequest{Shard: id})
 	switch {
 	case err != nil:
-		writeError(w, statusOf(err), err)
+		WriteError(w, StatusOf(err), err)
 	case resp.Status == protocol.Status_SHARD_NOT_FOUND:
-		writeError(w, http.StatusNotFound, fmt.Errorf("shard %q not found", id))
+		WriteError(w, http.StatusNotFound, fmt.Errorf("shard %q not found", id))
 	case resp.Status != protocol.Status_OK:
-		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("shard %q: %s", id, resp.Status))
+		WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("shard %q: %s", id, resp.Status))
 	default:
 		writeJSON(w, resp)
 	}

@@ -25,7 +25,7 @@ func (g *Gateway) read(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := readRequest(r, name)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		WriteError(w, http.StatusBadRequest, err)
 		return
 	}
 	if req.Block {
@@ -51,13 +51,13 @@ func (g *Gateway) read(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case !timer.Stop():
-		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker served the read of %s within %s: %v", name, g.cfg.Timeout, err))
+		WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker served the read of %s within %s: %v", name, g.cfg.Timeout, err))
 		return
 	case err != nil && !errors.Is(err, io.EOF):
-		writeError(w, statusOf(err), err)
+		WriteError(w, StatusOf(err), err)
 		return
 	case n == 0 && req.Offset > rd.WriteHead():
-		writeError(w, http.StatusRequestedRangeNotSatisfiable,
+		WriteError(w, http.StatusRequestedRangeNotSatisfiable,
 			fmt.Errorf("offset %d is past the write head %d of %s (block=true waits for it)", req.Offset, rd.WriteHead(), name))
 		return
 	}
@@ -75,10 +75,10 @@ func (g *Gateway) readBlocking(ctx context.Context, w http.ResponseWriter, req c
 	cancel()
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker served the read of %s within %s: %w", req.Journal, g.cfg.Timeout, err))
+		WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("no broker served the read of %s within %s: %w", req.Journal, g.cfg.Timeout, err))
 		return
 	case err != nil:
-		writeError(w, statusOf(err), err)
+		WriteError(w, StatusOf(err), err)
 		return
 	}
 	if req.Offset < 0 {

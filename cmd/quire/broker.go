@@ -17,6 +17,7 @@ import (
 	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/console"
 	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/gateway"
 	"github.com/quire-dev/quire/internal/admin"
@@ -44,6 +45,7 @@ type brokerFlags struct {
 	listen, advertise, dir     string
 	store                      string
 	admin                      admin.Flags
+	console                    consoleFlags
 	limit                      int
 	lease, isolation, drain    time.Duration
 	tls, etcdTLS               tlsconfig.Files
@@ -100,6 +102,7 @@ fail over when its lease expires.`,
 	fl.DurationVar(&f.drain, "drain-timeout", 20*time.Second, "how long a drain waits for other brokers to take the broker's journals; then those left fail over at once (0: wait as long as it takes)")
 	fl.DurationVar(&f.isolation, "isolation-timeout", 0, "how long the broker may reach etcd but none of its peers (two or more) before it gives its journals up and exits; also how long a peer goes unreached before the broker reports it cut, and the reports choose which broker of a cut resigns (default 3 × --lease; negative: never)")
 	f.admin.AddFlags(fl, "")
+	f.console.addFlags(fl, "")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
 	f.etcdTLS.AddFlags(fl, "etcd", "QUIRE_ETCD", "the broker's etcd client")
 	f.etcdUser.AddFlags(fl)
@@ -259,6 +262,19 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		}
 		defer journals.Close()
 		adm.MountAPI(gateway.New(gateway.Config{Journals: journals}))
+		// The console, whose own reads (write heads, shard offsets) carry
+		// the broker's token.
+		own, err := client.New(ctx, client.Config{Broker: f.advertise, DialOptions: dialOpts, Logger: slog.Default()})
+		if err != nil {
+			return err
+		}
+		defer own.Close()
+		prefix := f.console.prefix
+		if prefix == "" {
+			prefix = parentPrefix(f.prefix)
+		}
+		defer serveConsole(ctx, adm, console.Config{Etcd: etcd, Prefix: prefix, Journals: own,
+			DialOptions: dialOpts, Actions: f.console.actions, Logger: slog.Default()})()
 	}
 	ctx, drain, stop := signals.Drain(ctx, "draining")
 	defer stop()

@@ -29,6 +29,7 @@ import (
 	"github.com/quire-dev/quire/auth"
 	"github.com/quire-dev/quire/broker"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/console"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/gateway"
@@ -57,6 +58,7 @@ type devFlags struct {
 	dir                                        string
 	port, etcdPort, etcdPeerPort, consumerPort int
 	admin                                      admin.Flags
+	console                                    consoleFlags
 	auth                                       authflag.Server
 }
 
@@ -93,6 +95,7 @@ publish' and 'query'. Ctrl-C stops it.`,
 	fl.IntVar(&f.etcdPeerPort, "etcd-peer-port", 0, "loopback port of etcd's peer listener (default: the first port after --etcd-port that no other flag takes, 7703)")
 	fl.IntVar(&f.consumerPort, "consumer-port", 7702, "loopback port of the word-count consumer's gRPC")
 	f.admin.AddFlags(fl, devAdminAddr)
+	f.console.addFlags(fl, "/quire/")
 	f.auth.AddFlags(fl, "quire dev (its broker and its word count)")
 	return cmd
 }
@@ -232,7 +235,7 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 	}
 	defer client.Close()
 	return runDevBroker(ctx, stdout, devCluster{dir: dir, etcd: etcd, client: client, lis: lis, consumerLis: consumerLis,
-		admin: adm, ready: &ready, auth: authorization})
+		admin: adm, ready: &ready, auth: authorization, console: f.console})
 }
 
 // devCluster is what runDevBroker runs a broker and the word count on.
@@ -245,6 +248,7 @@ type devCluster struct {
 	admin       *admin.Server // nil if none
 	ready       *devReady
 	auth        devAuth
+	console     consoleFlags
 }
 
 // devReady is quire dev's readiness: its broker's and its word count's,
@@ -344,7 +348,8 @@ func runDevBroker(ctx context.Context, stdout io.Writer, d devCluster) error {
 	return err
 }
 
-// mountGateway serves the HTTP gateway on the admin endpoint, to the
+// mountGateway serves the HTTP gateway and the console on the admin
+// endpoint, to the
 // broker's journals and the word count's shards, and returns what closes
 // its connections. The gateway's connections carry no token of quire
 // dev's own: each HTTP request is authorized by the token it brings.
@@ -359,7 +364,15 @@ func (d devCluster) mountGateway(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	d.admin.MountAPI(gateway.New(gateway.Config{Journals: journals, Shards: protocol.NewShardClient(conn)}))
-	return func() { conn.Close(); journals.Close() }, nil
+	own, err := client.New(ctx, client.Config{Broker: d.lis.Addr().String(), DialOptions: d.dialOptions(), Logger: slog.Default()})
+	if err != nil {
+		conn.Close()
+		journals.Close()
+		return nil, err
+	}
+	stopConsole := serveConsole(ctx, d.admin, console.Config{Etcd: d.client, Prefix: d.console.prefix, Journals: own,
+		DialOptions: d.dialOptions(), Actions: d.console.actions, Logger: slog.Default()})
+	return func() { stopConsole(); own.Close(); conn.Close(); journals.Close() }, nil
 }
 
 // devConsumer is quire dev's process of the word-count application.
@@ -499,7 +512,7 @@ func printDevBanner(w io.Writer, d devCluster) {
 	}
 	adminLine := ""
 	if d.admin != nil {
-		adminLine = fmt.Sprintf("  admin     http://%s/   (/metrics, /healthz, /readyz; journals over HTTP at /v1/journals/NAME, docs/http.md)\n", d.admin.Addr)
+		adminLine = fmt.Sprintf("  console   http://%s/   (the web console, docs/console.md; /metrics, /healthz, /readyz; journals over HTTP at /v1/journals/NAME, docs/http.md)\n", d.admin.Addr)
 	}
 	fmt.Fprintf(w, `  broker    %s   (clients: export QUIRE_BROKER=%s)
   etcd      %s   (brokers under %s)

@@ -129,7 +129,7 @@ func TestDev(t *testing.T) {
 	for _, want := range []string{"broker    " + addr, "QUIRE_BROKER=" + addr, "quire journals apply", dir,
 		"consumer  " + caddr, "QUIRE_CONSUMER=" + caddr, "go run ./examples/wordcount publish --broker " + addr,
 		"go run ./examples/wordcount query --consumer " + caddr + " a b", "quire shards list --consumer " + caddr,
-		"admin     http://127.0.0.1:" + strconv.Itoa(ports.admin) + "/"} {
+		"console   http://127.0.0.1:" + strconv.Itoa(ports.admin) + "/"} {
 		if !strings.Contains(dev.stdout.String(), want) {
 			t.Errorf("quire dev printed %q, which lacks %q", dev.stdout, want)
 		}

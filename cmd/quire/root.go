@@ -53,7 +53,7 @@ Commands available in this build:
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand(), newDevCommand(), newJournalsCommand(), newBrokerCommand(),
-		newBenchCommand(), newAllocatorCommand(), newShardsCommand(), newHealthCommand(), newAuthCommand())
+		newBenchCommand(), newAllocatorCommand(), newShardsCommand(), newHealthCommand(), newAuthCommand(), newConsoleCommand())
 	refuseUnknown(root)
 	return root
 }

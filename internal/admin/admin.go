@@ -30,20 +30,25 @@ type Server struct {
 	// Addr is the address it listens on (its port resolved).
 	Addr string
 	hs   *http.Server
-	done chan struct{}
-	api  *apiSlot
+	done    chan struct{}
+	api     *slot
+	console *slot
 }
 
-// apiSlot serves /v1/ with the handler mounted there, once there is one:
-// the endpoint serves health before the server behind the API exists.
-type apiSlot struct{ h atomic.Pointer[http.Handler] }
+// slot serves what is mounted there, once something is: the endpoint
+// serves health before the server behind the API and the console exists.
+type slot struct {
+	h      atomic.Pointer[http.Handler]
+	code   int    // answered while nothing is mounted
+	absent string // the JSON error then
+}
 
-func (a *apiSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := a.h.Load()
+func (sl *slot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := sl.h.Load()
 	if h == nil {
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintln(w, `{"error": "the server is starting: its HTTP API is not served yet"}`)
+		w.WriteHeader(sl.code)
+		fmt.Fprintf(w, "{\"error\": %q}\n", sl.absent)
 		return
 	}
 	(*h).ServeHTTP(w, r)
@@ -54,6 +59,14 @@ func (a *apiSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) MountAPI(h http.Handler) {
 	if s != nil {
 		s.api.h.Store(&h)
+	}
+}
+
+// MountConsole serves h at / (but for the admin endpoint's own paths and
+// /v1/): the web console. A nil Server mounts nothing.
+func (s *Server) MountConsole(h http.Handler) {
+	if s != nil {
+		s.console.h.Store(&h)
 	}
 }
 
@@ -68,9 +81,12 @@ func Serve(flag, addr string, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{Addr: lis.Addr().String(), done: make(chan struct{}), api: new(apiSlot)}
+	s := &Server{Addr: lis.Addr().String(), done: make(chan struct{}),
+		api: &slot{code: http.StatusServiceUnavailable, absent: "the server is starting: its HTTP API is not served yet"},
+		console: &slot{code: http.StatusNotFound, absent: "no console here: this endpoint serves /metrics, /healthz, /readyz and /v1/ (see docs/console.md)"}}
 	mux := Handler(opts).(*http.ServeMux)
 	mux.Handle("/v1/", s.api)
+	mux.Handle("/", s.console)
 	s.hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
