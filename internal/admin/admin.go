@@ -28,8 +28,8 @@ type Options struct {
 // Server is a running admin endpoint.
 type Server struct {
 	// Addr is the address it listens on (its port resolved).
-	Addr string
-	hs   *http.Server
+	Addr    string
+	hs      *http.Server
 	done    chan struct{}
 	api     *slot
 	console *slot
@@ -82,7 +82,7 @@ func Serve(flag, addr string, opts Options) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{Addr: lis.Addr().String(), done: make(chan struct{}),
-		api: &slot{code: http.StatusServiceUnavailable, absent: "the server is starting: its HTTP API is not served yet"},
+		api:     &slot{code: http.StatusServiceUnavailable, absent: "the server is starting: its HTTP API is not served yet"},
 		console: &slot{code: http.StatusNotFound, absent: "no console here: this endpoint serves /metrics, /healthz, /readyz and /v1/ (see docs/console.md)"}}
 	mux := Handler(opts).(*http.ServeMux)
 	mux.Handle("/v1/", s.api)
