@@ -46,7 +46,7 @@ func (f *consoleFlags) addFlags(fl *pflag.FlagSet, def string) {
 		def = v
 	}
 	actions, _ := strconv.ParseBool(os.Getenv("QUIRE_CONSOLE_ACTIONS"))
-	fl.StringVar(&f.prefix, "console-prefix", def, "the web console (at / of --admin) shows the fleets whose etcd roots are under this prefix (env QUIRE_CONSOLE_PREFIX)")
+	fl.StringVar(&f.prefix, "console-prefix", def, "the web console shows the fleets whose etcd roots are under this prefix (env QUIRE_CONSOLE_PREFIX)")
 	fl.BoolVar(&f.actions, "console-actions", actions, "enable the console's actions (unassign a FAILED shard, apply an edited spec), each carried out with the operator's token (env QUIRE_CONSOLE_ACTIONS)")
 }
 
@@ -91,7 +91,7 @@ type consoleCmdFlags struct {
 func newConsoleCommand() *cobra.Command {
 	var f consoleCmdFlags
 	cmd := &cobra.Command{
-		Use:   "console --etcd ENDPOINTS",
+		Use:   "console [--etcd ENDPOINTS]",
 		Short: "Serve the web console of a deployment, from its etcd",
 		Long: `Serve the web console, and the HTTP gateway under /v1/, on --listen, for a
 deployment whose servers' admin endpoints the operator cannot reach: it
@@ -106,7 +106,7 @@ quire dev at http://127.0.0.1:7704/. See docs/console.md.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", ""), "comma-separated etcd endpoints (env QUIRE_ETCD)")
+	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7705", "host:port to serve the console on")
 	fl.StringVar(&f.broker, "broker", os.Getenv("QUIRE_BROKER"), "brokers to read journals through, host:port[,…]; default: those etcd lists")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "etcd timeout at start")
@@ -120,7 +120,7 @@ quire dev at http://127.0.0.1:7704/. See docs/console.md.`,
 
 func runConsole(ctx context.Context, f consoleCmdFlags) error {
 	if f.etcd == "" {
-		return usagef("--etcd: give the deployment's etcd endpoints")
+		return usagef("--etcd is empty: give etcd endpoints such as %s (or set QUIRE_ETCD)", defaultEtcd)
 	}
 	if err := hostport.Check("--listen", f.listen, 0); err != nil {
 		return usageError{err}

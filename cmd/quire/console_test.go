@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -22,8 +23,9 @@ import (
 	"github.com/quire-dev/quire/gateway"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/consumertest"
+	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/message"
-	"github.com/quire-dev/quire/protocol"
 )
 
 // consoleCluster is 3 brokers and 2 processes of a counting
@@ -238,4 +240,58 @@ func planMoves(p allocator.Plan) []string {
 	return out
 }
 
-var _ = protocol.ReplicaCode_PRIMARY
+// quire console refuses bad flags with exit 2, and serves the console
+// and the gateway of the fleets it finds in etcd.
+func TestConsoleCommand(t *testing.T) {
+	for _, args := range [][]string{
+		{"console", "--etcd", ""},
+		{"console", "--listen", "nohost"},
+		{"console", "--broker", "a:b:c"},
+	} {
+		stdout, stderr, code := runBinary(t, args...)
+		if code != 2 || stdout != "" || stderr == "" {
+			t.Errorf("quire %s: exit %d, stdout %q, stderr %q; want 2, nothing, an error", strings.Join(args, " "), code, stdout, stderr)
+		}
+	}
+
+	bc := brokertest.New(t)
+	bc.Start("b1")
+	bc.Journals(bc.Client(bc.Brokers["b1"]), 1, "console/cmd")
+	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan result, 1)
+	go func() {
+		done <- quire(ctx, nil, "console", "--etcd", etcdtest.Shared(t).Endpoint(), "--console-prefix", bc.Root, "--listen", addr)
+	}()
+	defer func() {
+		cancel()
+		if r := <-done; r.err != nil {
+			t.Errorf("quire console: %v\n%s", r.err, r.stderr)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/console/api/view")
+		if err == nil {
+			var v struct {
+				Fleets []struct {
+					Journals []struct{ Name string }
+				}
+			}
+			json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if len(v.Fleets) == 1 && len(v.Fleets[0].Journals) == 1 && v.Fleets[0].Journals[0].Name == "console/cmd" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quire console does not show journal console/cmd: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // Polling a server that is starting.
+	}
+	resp, err := http.Get("http://" + addr + "/v1/specs/console/cmd")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the gateway of quire console: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
