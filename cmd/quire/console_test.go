@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,6 +173,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	c.await(t, "the append in the tail", `document.getElementById('tail').innerText.includes('hello, console')`, 5*time.Second)
 	c.await(t, "the new write head", fmt.Sprintf(`document.getElementById('journal-head').innerText === '%d'`, frag.End), 5*time.Second)
 	t.Logf("the append showed in the tail and the write head %v after it was sent", time.Since(appended).Round(time.Millisecond))
+	c.await(t, "what is persisted", `(document.getElementById('persisted') || {innerText: ''}).innerText.startsWith('Persisted through offset')`, 10*time.Second)
 	c.shot(t, "journal")
 
 	// Shards: every shard primary; kill the process of shard-0's primary,
@@ -206,6 +208,21 @@ func TestConsoleInABrowser(t *testing.T) {
 	c.open(t, "#/")
 	c.await(t, "the FAILED shard's alert", `!!document.querySelector('#alerts li.error[data-subject="shard counts/shard-1"]')`, 30*time.Second)
 	c.shot(t, "overview")
+
+	// The console's action unassigns it, from the console's own origin.
+	req, _ := http.NewRequest("POST", c.url+"/console/api/unassign", strings.NewReader(url.Values{"root": {c.root}, "shard": {"counts/shard-1"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct{ Unassigned []string }
+	json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !slices.Equal(out.Unassigned, []string{"counts/shard-1"}) {
+		t.Errorf("unassigning the FAILED shard through the console: %s, %v", resp.Status, out.Unassigned)
+	}
 
 	// Allocation: a what-if drain of the busiest broker lists exactly the
 	// moves quire allocator plan prints.
