@@ -47,12 +47,17 @@ type Console struct {
 	mux    *http.ServeMux
 	sample *sampler
 
-	mu      sync.Mutex
-	fleets  map[string]*watched // by root
-	changed chan struct{}       // closed, and replaced, at each change
-	version uint64              // counts changes
-	cached  cachedView
-	wg      sync.WaitGroup // of the fleets' watches
+	mu     sync.Mutex
+	fleets map[string]*watched // by root
+	cached cachedView
+	wg     sync.WaitGroup // of the fleets' watches
+
+	// changeMu guards changed and version. It is not mu: keyspaces call
+	// notify with their own lock held, and snapshots takes theirs under
+	// mu, so notify taking mu could deadlock.
+	changeMu sync.Mutex
+	changed  chan struct{} // closed, and replaced, at each change
+	version  uint64        // counts changes
 }
 
 // watched is a fleet and the keyspace that mirrors it.
@@ -146,7 +151,10 @@ func (c *Console) watch(ctx context.Context, f fleet.Found) *watched {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &watched{Found: f, cancel: cancel,
 		ks: keyspace.New(f.Root, allocator.NewDecoder(f.Root, f.Kind.Decoders()))}
-	w.ks.SetLogger(c.cfg.Logger)
+	// Values that do not decode are a fleet whose kind the console read
+	// before its first item (a consumer application without shards reads
+	// as brokers); the next discovery watches it again as its kind.
+	w.ks.SetLogger(slog.New(slog.DiscardHandler))
 	w.ks.Observe(func(keyspace.KeyValues, int64) { c.notify() })
 	c.wg.Add(1)
 	go func() {
@@ -190,17 +198,17 @@ func (c *Console) state(root string) *fleetState {
 
 // notify tells the event streams that something changed.
 func (c *Console) notify() {
-	c.mu.Lock()
+	c.changeMu.Lock()
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.version++
-	c.mu.Unlock()
+	c.changeMu.Unlock()
 }
 
 // changes returns a channel closed at the next change.
 func (c *Console) changes() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.changeMu.Lock()
+	defer c.changeMu.Unlock()
 	return c.changed
 }
 

@@ -125,9 +125,9 @@ func (c *Console) viewJSON(sel string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("selector %q: %w", sel, err)
 	}
-	c.mu.Lock()
+	c.changeMu.Lock()
 	version := c.version
-	c.mu.Unlock()
+	c.changeMu.Unlock()
 	c.cached.mu.Lock()
 	defer c.cached.mu.Unlock()
 	if c.cached.version != version || c.cached.json == nil {
