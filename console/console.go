@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -58,6 +59,11 @@ type Console struct {
 	changeMu sync.Mutex
 	changed  chan struct{} // closed, and replaced, at each change
 	version  uint64        // counts changes
+
+	// viewed is when someone last asked for a view (Unix nanoseconds);
+	// wake tells Run that someone looks again after idleAfter.
+	viewed atomic.Int64
+	wake   chan struct{}
 }
 
 // watched is a fleet and the keyspace that mirrors it.
@@ -75,7 +81,7 @@ func New(cfg Config) *Console {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
-	c := &Console{cfg: cfg, fleets: map[string]*watched{}, changed: make(chan struct{})}
+	c := &Console{cfg: cfg, fleets: map[string]*watched{}, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
 	c.sample = newSampler(cfg)
 	c.mux = c.routes()
 	return c
@@ -87,6 +93,14 @@ const discoverEvery = 10
 
 // etcdEvery is how many samples pass between checks of etcd's members.
 const etcdEvery = 5
+
+// persistedEvery is how many samples pass between listings of the
+// journals' fragments, for how far each is persisted.
+const persistedEvery = 10
+
+// idleAfter is how long after the last view the console stops making
+// RPCs to sample write heads and shards: a history's length.
+const idleAfter = historyLen * time.Second
 
 // Run keeps the console current until ctx is done: it watches every
 // fleet under the prefix and samples once an interval. It returns
@@ -100,18 +114,44 @@ func (c *Console) Run(ctx context.Context) error {
 	}()
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
+	active := 0 // samples since someone began to look
 	for n := 0; ; n++ {
 		if n%discoverEvery == 0 {
 			c.discover(ctx)
 		}
-		c.sample.take(ctx, c.snapshots(), n%etcdEvery == 0)
+		what := sampling{}
+		if c.looking() {
+			active++
+			what = sampling{rpcs: true, etcd: active%etcdEvery == 1, persisted: active%persistedEvery == 1}
+		} else {
+			active = 0
+		}
+		c.sample.take(ctx, c.snapshots(), what)
 		c.notify()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
+		case <-c.wake:
 		}
 	}
+}
+
+// touch notes that someone looks at the console, and wakes Run if no one
+// did until now, so that the first view is not an empty one for long.
+func (c *Console) touch() {
+	now := time.Now().UnixNano()
+	if prev := c.viewed.Swap(now); time.Duration(now-prev) > idleAfter {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// looking is whether someone looked at the console within idleAfter.
+func (c *Console) looking() bool {
+	return time.Since(time.Unix(0, c.viewed.Load())) < idleAfter
 }
 
 // discover starts watching the fleets that appeared under the prefix,

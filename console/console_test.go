@@ -18,6 +18,7 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/etcdtest"
+	"github.com/quire-dev/quire/protocol"
 )
 
 func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
@@ -317,4 +318,94 @@ func FuzzConsoleRequests(f *testing.F) {
 			t.Fatalf("%s %s: status %d", method, target, w.Code)
 		}
 	})
+}
+
+// rounds are the console's samples, and those that made RPCs.
+func (s *served) rounds() (all, rpcs int) {
+	s.con.sample.mu.Lock()
+	defer s.con.sample.mu.Unlock()
+	return s.con.sample.rounds, s.con.sample.rpcRounds
+}
+
+// awaitChange waits for the console's next change.
+func (s *served) awaitChange(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.con.changes():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the console did not change in 30 s")
+	}
+}
+
+// A console no one looks at samples no write heads and no shards; the
+// first view wakes it.
+func TestIdleConsoleMakesNoRPCs(t *testing.T) {
+	s := serve(t, false)
+	for all, _ := s.rounds(); all < 3; all, _ = s.rounds() {
+		s.awaitChange(t)
+	}
+	if _, rpcs := s.rounds(); rpcs != 0 {
+		t.Fatalf("an idle console sampled with RPCs %d times", rpcs)
+	}
+	events := s.events(t, "")
+	await(t, events, "the write heads", func(v view) bool {
+		j := journal(v, "c/a")
+		return j != nil && j.WriteHead != nil
+	})
+}
+
+// A journal with a store shows how much of it is persisted, and how much
+// is only spooled on its brokers.
+func TestPersistedAndSpooled(t *testing.T) {
+	s := serve(t, false)
+	s.bc.Apply(s.cl, &protocol.JournalSpec{Name: "c/stored", Replication: 2, Fragment: &protocol.JournalSpec_Fragment{
+		Length: 1024, Stores: []string{"file://" + t.TempDir() + "/"}}})
+	var end int64
+	for range 2 { // The second append rolls the first one's fragment, which is persisted.
+		frag, err := s.cl.Append(context.Background(), client.AppendRequest{Journal: "c/stored"}, strings.NewReader(strings.Repeat("x", 4096)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		end = frag.End
+	}
+	events := s.events(t, "")
+	v := await(t, events, "the first append persisted", func(v view) bool {
+		j := journal(v, "c/stored")
+		return j != nil && j.Persisted != nil && *j.Persisted >= 4096 && j.WriteHead != nil && *j.WriteHead == end
+	})
+	j := journal(v, "c/stored")
+	if *j.Spooled != *j.WriteHead-*j.Persisted {
+		t.Errorf("spooled %d, want the write head %d less persisted %d", *j.Spooled, *j.WriteHead, *j.Persisted)
+	}
+	if j := journal(v, "c/a"); j.Persisted == nil || *j.Persisted != 0 {
+		t.Errorf("a journal without a store shows %v persisted", j.Persisted)
+	}
+}
+
+// The console learns of changes through keyspace observers, which run
+// under their keyspace's lock while snapshots hold the console's and
+// take the keyspaces': a notification must not need the console's lock.
+func TestNotifyWithoutTheConsolesLock(t *testing.T) {
+	s := serve(t, false)
+	s.awaitChange(t) // The fleet is watched.
+	s.con.mu.Lock()
+	w := s.con.fleets[s.bc.Root]
+	resp, err := s.bc.Etcd.Put(context.Background(), s.bc.Root+"items/c/new", `{"name":"c/new","replication":1}`)
+	if err != nil || w == nil {
+		s.con.mu.Unlock()
+		t.Fatalf("watched %v; put: %v", w, err)
+	}
+	applied := make(chan error, 1)
+	go func() { applied <- w.ks.WaitForRevision(context.Background(), resp.Header.Revision) }()
+	select {
+	case err = <-applied:
+		s.con.mu.Unlock()
+	case <-time.After(30 * time.Second):
+		s.con.mu.Unlock() // Which unblocks the keyspace.
+		<-applied
+		err = fmt.Errorf("the keyspace did not apply revision %d while the console's lock was held", resp.Header.Revision)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -108,6 +108,7 @@ func (c *Console) serveSeries(w http.ResponseWriter, r *http.Request) {
 		gateway.WriteError(w, http.StatusBadRequest, fmt.Errorf("journal %q: %w", name, err))
 		return
 	}
+	c.touch()
 	writeJSON(w, map[string]any{"journal": name, "rate": c.journalSeries(name)})
 }
 

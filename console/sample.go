@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -78,10 +79,31 @@ func (h *history) reached(v int64) (t time.Time, ok bool) {
 	return h.p[0].t, false // Before the history began.
 }
 
+// series returns m's history of key, adding an empty one if it has none.
+func series(m map[string]*history, key string) *history {
+	h := m[key]
+	if h == nil {
+		h = new(history)
+		m[key] = h
+	}
+	return h
+}
+
 // shardSample is what a shard's primary last said.
 type shardSample struct {
 	readThrough, writeHeads map[string]int64
+	txns                    int64 // committed by this primary
 	err                     string
+}
+
+// sampling says what one sample covers. The RPCs (write heads, the
+// shards' status, fragments) are made only while someone looks: every
+// broker serves a console, and a fleet no one watches should not pay
+// for them.
+type sampling struct {
+	rpcs      bool // write heads and shards' status
+	etcd      bool // etcd members' health
+	persisted bool // how far each journal is persisted
 }
 
 // etcdMember is an etcd member and its health.
@@ -115,6 +137,10 @@ type sampler struct {
 	at        time.Time
 	heads     map[string]*history // by journal
 	reads     map[string]*history // by root and shard: the read-through offsets' sum
+	txns      map[string]*history // by root and shard: the primary's commits
+	persisted map[string]int64    // by journal: the end of its persisted content
+	rounds    int                 // samples, for tests
+	rpcRounds int                 // samples that made RPCs
 	shards    map[string]shardSample
 	totals    map[string]*history // "append ROOT": the sum of write heads; "lag ROOT"
 	etcd      []etcdMember
@@ -128,7 +154,7 @@ type sampler struct {
 
 func newSampler(cfg Config) *sampler {
 	return &sampler{cfg: cfg, heads: map[string]*history{}, reads: map[string]*history{},
-		shards: map[string]shardSample{}, totals: map[string]*history{}, cuts: map[string]map[string][]string{},
+		txns: map[string]*history{}, persisted: map[string]int64{}, shards: map[string]shardSample{}, totals: map[string]*history{}, cuts: map[string]map[string][]string{},
 		primaries: map[string]string{}, conns: map[string]*grpc.ClientConn{}}
 }
 
@@ -143,46 +169,54 @@ func (s *sampler) close() {
 	}
 }
 
-// take samples every fleet, and etcd if checkEtcd.
-func (s *sampler) take(ctx context.Context, fleets []fleetState, checkEtcd bool) {
+// take samples the fleets, as far as what says.
+func (s *sampler) take(ctx context.Context, fleets []fleetState, what sampling) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
 	now := time.Now()
-	heads := s.sampleHeads(ctx, fleets)
-	stats := s.sampleShards(ctx, fleets)
-	cuts := s.sampleCuts(ctx, fleets)
+	var heads, persisted map[string]int64
+	var stats map[string]shardSample
 	var members []etcdMember
-	if checkEtcd {
+	if what.rpcs {
+		heads, stats = s.sampleHeads(ctx, fleets), s.sampleShards(ctx, fleets)
+	}
+	if what.persisted {
+		persisted = s.samplePersisted(ctx, fleets)
+	}
+	if what.etcd {
 		members = s.sampleEtcd(ctx)
 	}
+	cuts := s.sampleCuts(ctx, fleets)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.rounds++
+	s.notePrimaries(now, fleets)
+	s.cuts = cuts
+	if what.etcd {
+		s.etcd = members
+	}
+	maps.Copy(s.persisted, persisted)
+	if !what.rpcs {
+		return
+	}
 	s.at = now
+	s.rpcRounds++
 	for name, head := range heads {
-		h := s.heads[name]
-		if h == nil {
-			h = new(history)
-			s.heads[name] = h
-		}
-		h.add(now, head)
+		series(s.heads, name).add(now, head)
 	}
 	for key, st := range stats {
 		s.shards[key] = st
-		if st.err == "" {
-			h := s.reads[key]
-			if h == nil {
-				h = new(history)
-				s.reads[key] = h
-			}
-			h.add(now, sum(st.readThrough))
+		if st.err != "" {
+			continue
 		}
+		series(s.reads, key).add(now, sum(st.readThrough))
+		h := series(s.txns, key)
+		if n := len(h.p); n > 0 && h.p[n-1].v > st.txns {
+			h.p = h.p[:0] // A new primary counts from zero.
+		}
+		h.add(now, st.txns)
 	}
-	s.cuts = cuts
-	if checkEtcd {
-		s.etcd = members
-	}
-	s.notePrimaries(now, fleets)
 	s.addTotals(now, fleets)
 }
 
@@ -197,6 +231,55 @@ func sum(m map[string]int64) int64 {
 // sampleHeads reads the write head of every journal of every broker
 // fleet (up to maxSampled), sampleParallelism at a time.
 func (s *sampler) sampleHeads(ctx context.Context, fleets []fleetState) map[string]int64 {
+	out := map[string]int64{}
+	if s.cfg.Journals == nil {
+		return out
+	}
+	var mu sync.Mutex
+	parallel(s.assignedJournals(fleets), func(name string) {
+		if head, err := s.cfg.Journals.WriteHead(ctx, name); err == nil {
+			mu.Lock()
+			out[name] = head
+			mu.Unlock()
+		}
+	})
+	return out
+}
+
+// samplePersisted finds how far each assigned journal of every broker
+// fleet (up to maxSampled) is persisted: the end of its last fragment in
+// a store. It lists from where the last sample found the end, so that a
+// journal's old fragments are listed once.
+func (s *sampler) samplePersisted(ctx context.Context, fleets []fleetState) map[string]int64 {
+	s.mu.Lock()
+	from := maps.Clone(s.persisted)
+	s.mu.Unlock()
+	out := map[string]int64{}
+	if s.cfg.Journals == nil {
+		return out
+	}
+	var mu sync.Mutex
+	parallel(s.assignedJournals(fleets), func(name string) {
+		fs, err := s.cfg.Journals.ListFragments(ctx, &protocol.FragmentsRequest{Journal: name, NextPageToken: from[name]})
+		if err != nil {
+			return // Unknown for now: the next sample tries again.
+		}
+		end := from[name]
+		for _, f := range fs {
+			if f.Fragment.Store != "" {
+				end = max(end, f.Fragment.End)
+			}
+		}
+		mu.Lock()
+		out[name] = end
+		mu.Unlock()
+	})
+	return out
+}
+
+// assignedJournals are the journals of the broker fleets that have
+// brokers assigned, up to maxSampled.
+func (s *sampler) assignedJournals(fleets []fleetState) []string {
 	var names []string
 	for _, f := range fleets {
 		if f.Kind != fleet.Brokers {
@@ -208,19 +291,7 @@ func (s *sampler) sampleHeads(ctx context.Context, fleets []fleetState) map[stri
 			}
 		}
 	}
-	out := make(map[string]int64, len(names))
-	if s.cfg.Journals == nil {
-		return out
-	}
-	var mu sync.Mutex
-	parallel(names, func(name string) {
-		if head, err := s.cfg.Journals.WriteHead(ctx, name); err == nil {
-			mu.Lock()
-			out[name] = head
-			mu.Unlock()
-		}
-	})
-	return out
+	return names
 }
 
 // parallel calls fn for each of items, sampleParallelism at a time, and
@@ -287,7 +358,7 @@ func (s *sampler) sampleShards(ctx context.Context, fleets []fleetState) map[str
 		case resp.Status != protocol.Status_OK:
 			smp.err = resp.Status.String()
 		default:
-			smp.readThrough, smp.writeHeads = resp.ReadThrough, resp.WriteHeads
+			smp.readThrough, smp.writeHeads, smp.txns = resp.ReadThrough, resp.WriteHeads, resp.Transactions
 		}
 		mu.Lock()
 		out[t.key] = smp
@@ -443,12 +514,7 @@ func (s *sampler) addTotals(now time.Time, fleets []fleetState) {
 		default:
 			continue
 		}
-		h := s.totals[key]
-		if h == nil {
-			h = new(history)
-			s.totals[key] = h
-		}
-		h.add(now, total)
+		series(s.totals, key).add(now, total)
 	}
 }
 

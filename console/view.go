@@ -82,8 +82,12 @@ type journalView struct {
 	Replicas    []replicaView `json:"replicas"`
 	Primary     string        `json:"primary"`
 	WriteHead   *int64        `json:"writeHead"` // nil when not sampled
-	Rate        float64       `json:"rate"`      // bytes/s
-	Status      string        `json:"status"`    // ok, moving, under-replicated, no primary
+	// Persisted is the end of the journal's content in its store, and
+	// Spooled what lies beyond it, only on the brokers; nil until sampled.
+	Persisted *int64  `json:"persisted"`
+	Spooled   *int64  `json:"spooled"`
+	Rate      float64 `json:"rate"`   // bytes/s
+	Status    string  `json:"status"` // ok, moving, under-replicated, no primary
 }
 
 type shardView struct {
@@ -101,7 +105,8 @@ type shardView struct {
 	LagBytes   *int64   `json:"lagBytes"`
 	LagSeconds *float64 `json:"lagSeconds"`
 	LagAtLeast bool     `json:"lagAtLeast,omitempty"`
-	Rate       float64  `json:"rate"` // bytes/s read from the sources
+	Rate       float64  `json:"rate"`    // bytes/s read from the sources
+	TxnRate    float64  `json:"txnRate"` // transactions/s committed
 	StatError  string   `json:"statError,omitempty"`
 }
 
@@ -125,6 +130,7 @@ func (c *Console) viewJSON(sel string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("selector %q: %w", sel, err)
 	}
+	c.touch()
 	c.changeMu.Lock()
 	version := c.version
 	c.changeMu.Unlock()
@@ -249,6 +255,10 @@ func (s *sampler) journalView(root string, it allocator.ItemKV, replicas []repli
 	if h := s.heads[it.ID]; h != nil && len(h.p) > 0 {
 		head := h.p[len(h.p)-1].v
 		jv.WriteHead, jv.Rate = &head, h.rate(rateWindow)
+		if p, ok := s.persisted[it.ID]; ok {
+			spooled := max(0, head-p)
+			jv.Persisted, jv.Spooled = &p, &spooled
+		}
 	}
 	live := 0
 	for _, r := range replicas {
@@ -301,6 +311,9 @@ func (s *sampler) shardView(root string, spec *consumer.ShardSpec, replicas []re
 	}
 	if h := s.reads[key]; h != nil {
 		sv.Rate = h.rate(rateWindow)
+	}
+	if h := s.txns[key]; h != nil {
+		sv.TxnRate = h.rate(rateWindow)
 	}
 	subject := "shard " + spec.ID
 	var alerts []alert

@@ -223,4 +223,13 @@ func TestCountingShard(t *testing.T) {
 			t.Errorf("count of %s = %d, want 20", k, n)
 		}
 	}
+	// Stat counts the primary's commits: at least one took the 100
+	// messages, and at most one a message.
+	resp, err := c.shardClient().Stat(context.Background(), &protocol.ShardStatRequest{Shard: "counts/shard-0"})
+	if err != nil || resp.Status != protocol.Status_OK {
+		t.Fatalf("Stat: %v, %v", resp, err)
+	}
+	if resp.Transactions < 1 || resp.Transactions > 100 {
+		t.Errorf("Stat says %d transactions committed, want 1 to 100", resp.Transactions)
+	}
 }

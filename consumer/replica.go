@@ -66,9 +66,11 @@ type replica struct {
 	holds   int
 	closing bool
 	// Committed read-through offsets of the sources, and the write heads
-	// seen; committedCh is closed and replaced at each commit.
+	// seen, and the commits counted; committedCh is closed and replaced
+	// at each commit.
 	readThrough map[string]int64
 	heads       map[string]int64
+	txns        int64
 	committedCh chan struct{}
 }
 

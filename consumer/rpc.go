@@ -121,20 +121,20 @@ func (s *Server) Stat(ctx context.Context, req *protocol.ShardStatRequest) (*pro
 			return nil, protocol.InvalidArgument(fmt.Errorf("readThrough: %s is not a source of shard %s", j, req.Shard))
 		}
 	}
-	readThrough, heads, err := r.awaitReadThrough(ctx, req.ReadThrough)
+	resp, err := r.awaitReadThrough(ctx, req.ReadThrough)
 	if err != nil {
 		return nil, err
 	}
 	for _, src := range res.Shard.spec.Sources {
-		if _, known := heads[src.Journal]; !known {
+		if _, known := resp.WriteHeads[src.Journal]; !known {
 			// Nothing read yet (an empty or idle source): ask its head.
 			if head, err := s.cfg.Journals.WriteHead(ctx, src.Journal); err == nil {
-				heads[src.Journal] = head
+				resp.WriteHeads[src.Journal] = head
 			}
 		}
 	}
-	return &protocol.ShardStatResponse{Status: protocol.Status_OK, Header: s.header(),
-		ReadThrough: readThrough, WriteHeads: heads}, nil
+	resp.Status, resp.Header = protocol.Status_OK, s.header()
+	return resp, nil
 }
 
 func resolveStatus(err error) (protocol.Status, bool) {
@@ -148,24 +148,26 @@ func resolveStatus(err error) (protocol.Status, bool) {
 }
 
 // awaitReadThrough waits until the primary's commits reflect want.
-func (r *replica) awaitReadThrough(ctx context.Context, want map[string]int64) (map[string]int64, map[string]int64, error) {
+func (r *replica) awaitReadThrough(ctx context.Context, want map[string]int64) (*protocol.ShardStatResponse, error) {
 	for {
 		r.mu.Lock()
 		ok := true
 		for j, off := range want {
 			ok = ok && r.readThrough[j] >= off
 		}
-		rt, heads, ch := clone(r.readThrough), clone(r.heads), r.committedCh
+		resp := &protocol.ShardStatResponse{ReadThrough: clone(r.readThrough),
+			WriteHeads: clone(r.heads), Transactions: r.txns}
+		ch := r.committedCh
 		r.mu.Unlock()
 		if ok {
-			return rt, heads, nil
+			return resp, nil
 		}
 		select {
 		case <-ch:
 		case <-r.ctx.Done():
-			return nil, nil, status.Errorf(codes.Unavailable, "shard %s: its primary stopped", r.id)
+			return nil, status.Errorf(codes.Unavailable, "shard %s: its primary stopped", r.id)
 		case <-ctx.Done():
-			return nil, nil, status.FromContextError(ctx.Err()).Err()
+			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
 }

@@ -378,6 +378,7 @@ func (r *replica) committed(cp store.Checkpoint, heads map[string]int64) {
 		r.readThrough[j] = c.Read
 	}
 	maps.Copy(r.heads, heads)
+	r.txns++
 	for j, h := range r.heads {
 		sourceLag.WithLabelValues(r.id, j).Set(float64(max(0, h-r.readThrough[j])))
 	}

@@ -389,7 +389,10 @@ type ShardStatResponse struct {
 	// store reflects it.
 	ReadThrough map[string]int64 `protobuf:"bytes,3,rep,name=read_through,json=readThrough,proto3" json:"read_through,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Per source journal, its write head as the primary last saw it.
-	WriteHeads    map[string]int64 `protobuf:"bytes,4,rep,name=write_heads,json=writeHeads,proto3" json:"write_heads,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	WriteHeads map[string]int64 `protobuf:"bytes,4,rep,name=write_heads,json=writeHeads,proto3" json:"write_heads,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Transactions this primary has committed since it became primary: a
+	// counter that starts again at a failover, for rates.
+	Transactions  int64 `protobuf:"varint,5,opt,name=transactions,proto3" json:"transactions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +453,13 @@ func (x *ShardStatResponse) GetWriteHeads() map[string]int64 {
 		return x.WriteHeads
 	}
 	return nil
+}
+
+func (x *ShardStatResponse) GetTransactions() int64 {
+	if x != nil {
+		return x.Transactions
+	}
+	return 0
 }
 
 type ShardApplyRequest struct {
@@ -1066,13 +1076,14 @@ const file_shard_proto_rawDesc = "" +
 	"doNotProxy\x1a>\n" +
 	"\x10ReadThroughEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9d\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc1\x03\n" +
 	"\x11ShardStatResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12U\n" +
 	"\fread_through\x18\x03 \x03(\v22.quire.protocol.ShardStatResponse.ReadThroughEntryR\vreadThrough\x12R\n" +
 	"\vwrite_heads\x18\x04 \x03(\v21.quire.protocol.ShardStatResponse.WriteHeadsEntryR\n" +
-	"writeHeads\x1a>\n" +
+	"writeHeads\x12\"\n" +
+	"\ftransactions\x18\x05 \x01(\x03R\ftransactions\x1a>\n" +
 	"\x10ReadThroughEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a=\n" +

@@ -194,10 +194,32 @@ func TestConsoleInABrowser(t *testing.T) {
 		return r && r.querySelector('td.primary').innerText !== %q && r.querySelector('td.status').innerText === 'PRIMARY';
 	})()`, primary), 30*time.Second)
 
-	// A message that fails shard-1 makes it FAILED, among the alerts.
+	// Messages to shard-0 show as its new primary's transactions.
 	a := c.cl.NewAppender(context.Background(), client.AppenderConfig{})
 	defer a.Close()
 	pub := message.NewPublisher(a, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))
+	pubCtx, stopPub := context.WithCancel(context.Background())
+	published := make(chan error, 1)
+	go func() {
+		for pubCtx.Err() == nil {
+			h, err := pub.PublishCommitted(pubCtx, "counts/in-0", &consumertest.CountMsg{Key: "y"})
+			if err == nil {
+				_, err = h.Wait(pubCtx)
+			}
+			if err != nil && pubCtx.Err() == nil {
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+	c.await(t, "shard-0's transactions", `(document.querySelector('tr[data-shard="counts/shard-0"] td.txns') || {innerText: '0'}).innerText !== '0'`, 10*time.Second)
+	stopPub()
+	if err := <-published; err != nil {
+		t.Fatalf("publishing to counts/in-0: %v", err)
+	}
+
+	// A message that fails shard-1 makes it FAILED, among the alerts.
 	h, err := pub.PublishCommitted(context.Background(), "counts/in-1", &consumertest.CountMsg{Key: "x", Fail: true})
 	if err != nil {
 		t.Fatal(err)

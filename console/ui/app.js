@@ -183,14 +183,16 @@ function journalsPage(main) {
       fill(live, v.fleets.filter((f) => f.kind === 'brokers').map((f) => el('div', { class: 'card' },
         el('h3', {}, 'Brokers ', el('code', {}, f.root)),
         el('table', { id: 'journals' },
-          el('tr', {}, ['journal', 'status', 'replication', 'route', 'write head', 'append rate', 'labels'].map((t, i) =>
-            el('th', { class: i === 4 || i === 5 ? 'num' : '' }, t))),
+          el('tr', {}, ['journal', 'status', 'replication', 'route', 'write head', 'persisted', 'spooled', 'append rate', 'labels'].map((t, i) =>
+            el('th', { class: i >= 4 && i <= 7 ? 'num' : '' }, t))),
           (f.journals || []).map((j) => el('tr', { 'data-journal': j.name },
             el('td', {}, el('a', { href: '#/journal/' + journalPath(j.name) }, j.name)),
             el('td', { class: 'status' }, badge(j.status)),
             el('td', { class: 'num' }, j.replication),
             el('td', { class: 'route' }, j.replicas.map((r, i) => el(i ? 'span' : 'strong', { class: r.gone ? 'error' : '' }, (i ? ', ' : '') + r.member))),
             el('td', { class: 'num head' }, j.writeHead === null ? '–' : j.writeHead),
+            el('td', { class: 'num persisted' }, j.persisted === null ? '–' : j.persisted),
+            el('td', { class: 'num spooled' }, bytes(j.spooled)),
             el('td', { class: 'num rate' }, rate(j.rate)),
             el('td', { class: 'wrap muted' }, j.labels)))))));
     },
@@ -329,8 +331,8 @@ function shardsPage(main) {
         el('h3', {}, 'Application ', el('code', {}, f.root)),
         chart(f.series, bytes, 'total lag'),
         el('table', { class: 'shards' },
-          el('tr', {}, ['shard', 'status', 'primary', 'replicas', 'lag', 'lag time', 'read rate', 'error', ''].map((t, i) =>
-            el('th', { class: i >= 4 && i <= 6 ? 'num' : '' }, t))),
+          el('tr', {}, ['shard', 'status', 'primary', 'replicas', 'lag', 'lag time', 'read rate', 'txn/s', 'error', ''].map((t, i) =>
+            el('th', { class: i >= 4 && i <= 7 ? 'num' : '' }, t))),
           (f.shards || []).map((s) => el('tr', { 'data-shard': s.id },
             el('td', {}, s.id),
             el('td', { class: 'status' }, badge(s.status)),
@@ -339,6 +341,7 @@ function shardsPage(main) {
             el('td', { class: 'num lag' }, bytes(s.lagBytes)),
             el('td', { class: 'num lagtime' }, seconds(s.lagSeconds, s.lagAtLeast)),
             el('td', { class: 'num' }, rate(s.rate)),
+            el('td', { class: 'num txns' }, s.txnRate ? s.txnRate.toFixed(1) : '0'),
             el('td', { class: 'wrap error' }, s.error || s.statError || ''),
             el('td', {}, v.actions && s.status === 'FAILED' ? el('button', { class: 'unassign', onclick: () => unassign(f.root, s.id) }, 'Unassign') : null)))))),
       el('div', { class: 'card' }, el('h3', {}, 'Recent failovers'), failoverTable(v.failovers.filter((x) => x.shard))));
