@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,10 +20,13 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/authflag"
+	"github.com/quire-dev/quire/internal/env"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/hostport"
+	"github.com/quire-dev/quire/internal/logflag"
 	"github.com/quire-dev/quire/internal/rpcbuf"
+	"github.com/quire-dev/quire/internal/rpcmetrics"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/protocol"
@@ -66,7 +70,7 @@ func usagef(format string, args ...any) error {
 
 // Main turns app into a complete binary, and runs it: a command with a
 // `serve` subcommand (see ServeCommand), the application's own commands
-// cmds, and a --log-level flag. It returns when the command succeeded, and
+// cmds, and the --log-level and --log-format flags. It returns when the command succeeded, and
 // otherwise prints the error and exits with code 2 on a UsageError (bad
 // flags and arguments among them), 1 on any other.
 //
@@ -85,32 +89,33 @@ func Main(app Application, cmds ...*cobra.Command) {
 }
 
 // NewCommand returns the command that Main executes: named after the
-// application (Namer) or the binary, with serve, cmds and a persistent
-// --log-level flag (debug, info, warn or error; default info) that sets
-// slog's default logger to text on standard error. Errors of flags and of
+// application (Namer) or the binary, with serve, cmds and the persistent
+// flags --log-level (debug, info, warn or error; default info) and
+// --log-format (text or json; default text), which set slog's default
+// logger on standard error. Errors of flags and of
 // commands' argument checks (cobra.Command.Args) are UsageErrors.
 func NewCommand(app Application, cmds ...*cobra.Command) *cobra.Command {
 	name := filepath.Base(os.Args[0])
 	if n, ok := app.(Namer); ok && n.Name() != "" {
 		name = n.Name()
 	}
-	var logLevel string
+	var logs logflag.Flags
 	root := &cobra.Command{
 		Use:           name,
 		Short:         "The " + name + " consumer application",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
+			log, err := logs.Logger(os.Stderr)
+			if err != nil {
+				return UsageError{err}
 			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+			slog.SetDefault(log)
 			return nil
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	logs.Register(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return UsageError{err} })
 	root.AddCommand(ServeCommand(app))
 	root.AddCommand(cmds...)
@@ -156,28 +161,6 @@ type serveFlags struct {
 	auth                       authflag.Server
 }
 
-// envDuration is the duration in environment variable name, or zero if it
-// is unset; one that does not parse is left to the flag's validation
-// (as -1, which validate refuses).
-func envDuration(name string) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return -1
-	}
-	return d
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 // ServeCommand returns the `serve` command, which runs a consumer process
 // of app: a member of the application's fleet under --prefix in etcd,
 // serving the shard replicas the allocator assigns to it, the Shard gRPC
@@ -216,18 +199,18 @@ fail over when its lease expires.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", DefaultEtcd), "comma-separated etcd endpoints, host:port or http(s)://host:port (env QUIRE_ETCD)")
-	fl.StringVar(&f.prefix, "prefix", envOr("QUIRE_CONSUMER_PREFIX", defPrefix), "the application's key prefix in etcd, such as /quire/consumers/NAME/ (env QUIRE_CONSUMER_PREFIX)")
-	fl.StringVar(&f.zone, "zone", envOr("QUIRE_ZONE", "local"), "the process's zone, e.g. its availability zone (env QUIRE_ZONE)")
+	fl.StringVar(&f.etcd, "etcd", env.Or("QUIRE_ETCD", DefaultEtcd), "comma-separated etcd endpoints, host:port or http(s)://host:port (env QUIRE_ETCD)")
+	fl.StringVar(&f.prefix, "prefix", env.Or("QUIRE_CONSUMER_PREFIX", defPrefix), "the application's key prefix in etcd, such as /quire/consumers/NAME/ (env QUIRE_CONSUMER_PREFIX)")
+	fl.StringVar(&f.zone, "zone", env.Or("QUIRE_ZONE", "local"), "the process's zone, e.g. its availability zone (env QUIRE_ZONE)")
 	fl.StringVar(&f.suffix, "suffix", os.Getenv("QUIRE_SUFFIX"), "the process's name, unique in its zone (env QUIRE_SUFFIX; default HOSTNAME-PORT, the port of --listen)")
-	fl.StringVar(&f.listen, "listen", envOr("QUIRE_LISTEN", "127.0.0.1:0"), "host:port to serve gRPC on; port 0 picks a free one (env QUIRE_LISTEN)")
+	fl.StringVar(&f.listen, "listen", env.Or("QUIRE_LISTEN", "127.0.0.1:0"), "host:port to serve gRPC on; port 0 picks a free one (env QUIRE_LISTEN)")
 	fl.StringVar(&f.advertise, "advertise", "", "host:port that other processes reach this one at (default: the address --listen bound, or HOSTNAME:PORT if it listens on all interfaces)")
 	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_CONSUMER_DIR"), "directory of the shards' local stores, emptied at start (env QUIRE_CONSUMER_DIR; default a temporary directory, removed at exit)")
-	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", DefaultBroker), "host:port of any broker, or several, comma-separated: tried in turn while one is unreachable (env QUIRE_BROKER)")
+	fl.StringVar(&f.broker, "broker", env.Or("QUIRE_BROKER", DefaultBroker), "host:port of any broker, or several, comma-separated: tried in turn while one is unreachable (env QUIRE_BROKER)")
 	f.admin.AddFlags(fl, "")
 	fl.IntVar(&f.limit, "limit", DefaultLimit, "most shard replicas the process holds")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
-	fl.DurationVar(&f.unassignFailed, "unassign-failed-after", envDuration("QUIRE_UNASSIGN_FAILED_AFTER"),
+	fl.DurationVar(&f.unassignFailed, "unassign-failed-after", env.Duration("QUIRE_UNASSIGN_FAILED_AFTER"),
 		"how long a FAILED shard replica keeps its assignment before the process removes it, for the shard to restart (env QUIRE_UNASSIGN_FAILED_AFTER; default 0: never, FAILED replicas wait for 'quire shards unassign --failed')")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", DefaultDrainTimeout,
 		"how long a drain waits for other processes to take the process's shard replicas; then those left fail over at once (0: wait as long as it takes)")
@@ -395,11 +378,12 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	if err != nil {
 		return UsageError{err}
 	}
-	gs := grpc.NewServer(append(rpcbuf.ServerOptions(), serverOpts...)...)
+	gs := grpc.NewServer(slices.Concat(rpcbuf.ServerOptions(), rpcmetrics.ServerOptions(), serverOpts)...)
 	protocol.RegisterShardServer(gs, srv)
 	if r, ok := app.(Registerer); ok {
 		r.Register(gs, srv)
 	}
+	rpcmetrics.Register(gs)
 	adm, err := f.admin.Serve(srv.Ready)
 	if err != nil {
 		return err

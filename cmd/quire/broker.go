@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,10 +23,12 @@ import (
 	"github.com/quire-dev/quire/gateway"
 	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/authflag"
+	"github.com/quire-dev/quire/internal/env"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/grpcserve"
 	"github.com/quire-dev/quire/internal/hostport"
 	"github.com/quire-dev/quire/internal/rpcbuf"
+	"github.com/quire-dev/quire/internal/rpcmetrics"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/protocol"
@@ -51,15 +54,6 @@ type brokerFlags struct {
 	tls, etcdTLS               tlsconfig.Files
 	etcdUser                   etcdclient.User
 	auth                       authflag.Server
-}
-
-// envOr is the value of environment variable name, or def if it is unset
-// or empty: flags' defaults come from the environment.
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func newBrokerServeCommand() *cobra.Command {
@@ -89,11 +83,11 @@ fail over when its lease expires.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
-	fl.StringVar(&f.prefix, "prefix", envOr("QUIRE_BROKER_PREFIX", "/quire/brokers/"), "the brokers' key prefix in etcd (env QUIRE_BROKER_PREFIX)")
-	fl.StringVar(&f.zone, "zone", envOr("QUIRE_ZONE", "local"), "the broker's zone, e.g. its availability zone (env QUIRE_ZONE)")
-	fl.StringVar(&f.suffix, "suffix", envOr("QUIRE_SUFFIX", hostname), "the broker's name, unique in its zone (env QUIRE_SUFFIX; default the hostname)")
-	fl.StringVar(&f.listen, "listen", envOr("QUIRE_LISTEN", "127.0.0.1:7700"), "host:port to serve gRPC on (env QUIRE_LISTEN)")
+	fl.StringVar(&f.etcd, "etcd", env.Or("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
+	fl.StringVar(&f.prefix, "prefix", env.Or("QUIRE_BROKER_PREFIX", "/quire/brokers/"), "the brokers' key prefix in etcd (env QUIRE_BROKER_PREFIX)")
+	fl.StringVar(&f.zone, "zone", env.Or("QUIRE_ZONE", "local"), "the broker's zone, e.g. its availability zone (env QUIRE_ZONE)")
+	fl.StringVar(&f.suffix, "suffix", env.Or("QUIRE_SUFFIX", hostname), "the broker's name, unique in its zone (env QUIRE_SUFFIX; default the hostname)")
+	fl.StringVar(&f.listen, "listen", env.Or("QUIRE_LISTEN", "127.0.0.1:7700"), "host:port to serve gRPC on (env QUIRE_LISTEN)")
 	fl.StringVar(&f.advertise, "advertise", "", "host:port that other brokers and clients reach this broker at (default: --listen, or HOSTNAME:PORT if it listens on all interfaces)")
 	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_DIR"), "directory of the broker's spools (env QUIRE_DIR)")
 	fl.StringVar(&f.store, "store", os.Getenv("QUIRE_STORE"), "fragment store of journals that name none: file:///DIR/ or s3://BUCKET/PREFIX/?endpoint=HOST:PORT (env QUIRE_STORE)")
@@ -316,7 +310,8 @@ func checkStore(ctx context.Context, url string) error {
 // closed. A failure to serve stops the broker. opts are added to the
 // gRPC server's (its TLS credentials, say).
 func serveBroker(ctx context.Context, drain <-chan struct{}, srv *broker.Server, lis net.Listener, opts ...grpc.ServerOption) error {
-	gs := grpc.NewServer(append(rpcbuf.ServerOptions(), opts...)...)
+	gs := grpc.NewServer(slices.Concat(rpcbuf.ServerOptions(), rpcmetrics.ServerOptions(), opts)...)
 	protocol.RegisterJournalServer(gs, srv)
+	rpcmetrics.Register(gs)
 	return grpcserve.Run(ctx, drain, gs, lis, srv.Run)
 }

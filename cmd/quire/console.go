@@ -26,6 +26,7 @@ import (
 	"github.com/quire-dev/quire/gateway"
 	"github.com/quire-dev/quire/internal/admin"
 	"github.com/quire-dev/quire/internal/authflag"
+	"github.com/quire-dev/quire/internal/env"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/fleet"
 	"github.com/quire-dev/quire/internal/hostport"
@@ -106,7 +107,7 @@ quire dev at http://127.0.0.1:7704/. See docs/console.md.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
+	fl.StringVar(&f.etcd, "etcd", env.Or("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7705", "host:port to serve the console on")
 	fl.StringVar(&f.broker, "broker", os.Getenv("QUIRE_BROKER"), "brokers to read journals through, host:port[,…]; default: those etcd lists")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "etcd timeout at start")

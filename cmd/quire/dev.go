@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,6 +38,7 @@ import (
 	"github.com/quire-dev/quire/internal/authflag"
 	"github.com/quire-dev/quire/internal/devetcd"
 	"github.com/quire-dev/quire/internal/rpcbuf"
+	"github.com/quire-dev/quire/internal/rpcmetrics"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -407,9 +409,10 @@ func startDevConsumer(ctx context.Context, d devCluster) (*devConsumer, error) {
 		return nil, err
 	}
 	d.ready.consumer.Store(ptr(srv.Ready))
-	gs := grpc.NewServer(append(rpcbuf.ServerOptions(), d.auth.authz.ServerOptions()...)...)
+	gs := grpc.NewServer(slices.Concat(rpcbuf.ServerOptions(), rpcmetrics.ServerOptions(), d.auth.authz.ServerOptions())...)
 	protocol.RegisterShardServer(gs, srv)
 	wordcount.App{}.Register(gs, srv)
+	rpcmetrics.Register(gs)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	wc := &devConsumer{cancel: cancel, done: make(chan error, 1), journals: journals, client: d.client}
 	go func() { wc.done <- consumer.Serve(runCtx, nil, srv, gs, d.consumerLis) }()

@@ -163,6 +163,14 @@ func TestDev(t *testing.T) {
 	if bytes.Contains(metrics, []byte("\nquire_broker_appends_total 0\n")) {
 		t.Error("quire dev's metrics count no broker append after one")
 	}
+	// Every RPC is counted, by method and code: the appends and reads above,
+	// and the word count's shard RPCs before any call.
+	for _, want := range []string{`grpc_server_handled_total{grpc_code="OK",grpc_method="Append",grpc_service="quire.protocol.Journal",grpc_type="client_stream"}`,
+		`grpc_server_started_total{grpc_method="Stat",grpc_service="quire.protocol.Shard",grpc_type="unary"}`} {
+		if !bytes.Contains(metrics, []byte("\n"+want+" ")) {
+			t.Errorf("quire dev's metrics lack %s", want)
+		}
+	}
 
 	// A second quire dev on the same directory fails, and says why.
 	_, stderr, code := runBinary(t, append([]string{"dev", "--dir", dir}, freeDevPorts(t).args()...)...)

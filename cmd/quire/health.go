@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quire-dev/quire/internal/env"
 )
 
 func newHealthCommand() *cobra.Command {
@@ -28,7 +30,7 @@ quire dev's 127.0.0.1:7704. Ask /healthz for liveness instead. The
 endpoint's answer is printed.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			target := envOr("QUIRE_ADMIN", devAdminAddr)
+			target := env.Or("QUIRE_ADMIN", devAdminAddr)
 			if len(args) == 1 {
 				target = args[0]
 			}

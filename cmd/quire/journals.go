@@ -26,6 +26,7 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/authflag"
+	"github.com/quire-dev/quire/internal/env"
 	"github.com/quire-dev/quire/internal/hostport"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/labels"
@@ -66,7 +67,7 @@ type journalsFlags struct {
 
 // addFlags adds the flags of every command that talks to brokers.
 func (jf *journalsFlags) addFlags(pf *pflag.FlagSet, timeoutUsage string) {
-	pf.StringVar(&jf.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
+	pf.StringVar(&jf.broker, "broker", env.Or("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
 	pf.DurationVar(&jf.timeout, "timeout", 10*time.Second, timeoutUsage)
 	jf.tls.AddFlags(pf, "tls", "QUIRE_TLS", "this client")
 	jf.token.AddFlags(pf, "this client")

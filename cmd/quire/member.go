@@ -10,6 +10,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/internal/admin"
+	"github.com/quire-dev/quire/internal/env"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/signals"
 	"github.com/quire-dev/quire/internal/tlsconfig"
@@ -43,7 +44,7 @@ announced and not draining).`,
 			return runMember(cmd.Context(), f)
 		},
 	}
-	cmd.Flags().StringVar(&f.etcd, "etcd", envOr("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
+	cmd.Flags().StringVar(&f.etcd, "etcd", env.Or("QUIRE_ETCD", defaultEtcd), etcdFlagUsage)
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "the fleet's key prefix, ending in '/'")
 	cmd.Flags().StringVar(&f.zone, "zone", "", "the member's zone")
 	cmd.Flags().StringVar(&f.suffix, "suffix", "", "the member's name, unique within its zone")

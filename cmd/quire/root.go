@@ -6,13 +6,15 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quire-dev/quire/internal/logflag"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func newRootCommand() *cobra.Command {
-	var logLevel string
+	var logs logflag.Flags
 	root := &cobra.Command{
 		Use:   "quire",
 		Short: "Durable streams and stateful stream processing",
@@ -42,15 +44,15 @@ Commands available in this build:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
+			log, err := logs.Logger(os.Stderr)
+			if err != nil {
+				return usageError{err}
 			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+			slog.SetDefault(log)
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	logs.Register(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand(), newDevCommand(), newJournalsCommand(), newBrokerCommand(),
 		newBenchCommand(), newAllocatorCommand(), newShardsCommand(), newHealthCommand(), newAuthCommand(), newConsoleCommand())

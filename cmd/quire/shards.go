@@ -23,6 +23,7 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/authflag"
+	"github.com/quire-dev/quire/internal/env"
 	"github.com/quire-dev/quire/internal/tlsconfig"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -74,7 +75,7 @@ Errors are printed on standard error with a non-zero exit; bad input
 (flags, selectors, shard files) exits with 2 and changes nothing.`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&sf.consumer, "consumer", envOr("QUIRE_CONSUMER", defaultConsumer), "host:port of any process of the consumer application (env QUIRE_CONSUMER)")
+	pf.StringVar(&sf.consumer, "consumer", env.Or("QUIRE_CONSUMER", defaultConsumer), "host:port of any process of the consumer application (env QUIRE_CONSUMER)")
 	pf.DurationVar(&sf.timeout, "timeout", 10*time.Second, "how long to wait for a consumer process (or a broker) to answer")
 	sf.tls.AddFlags(pf, "tls", "QUIRE_TLS", "this client (of consumer processes and brokers)")
 	sf.token.AddFlags(pf, "this client (to consumer processes and brokers)")

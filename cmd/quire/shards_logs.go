@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/env"
 	"github.com/quire-dev/quire/protocol"
 	"github.com/quire-dev/quire/recoverylog"
 )
@@ -253,7 +254,7 @@ error (updated in place on a terminal); a summary to standard output.`,
 	fl := cmd.Flags()
 	fl.StringVarP(&f.shard, "shard", "s", "", "the shard's ID")
 	fl.StringVar(&f.dir, "dir", "", "directory to recover the store into: new, or empty")
-	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
+	fl.StringVar(&f.broker, "broker", env.Or("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
 	return cmd
 }
 
@@ -509,7 +510,7 @@ from hints older than those stored, fails once the log is pruned.`,
 	fl.StringVarP(&f.selector, "selector", "l", "", "label selector of the shards whose logs to prune")
 	fl.BoolVar(&f.all, "all", false, "prune every shard's recovery log")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "list the fragments that would be removed, and remove nothing")
-	fl.StringVar(&f.broker, "broker", envOr("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
+	fl.StringVar(&f.broker, "broker", env.Or("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
 	return cmd
 }
 

@@ -27,6 +27,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/quire-dev/quire/internal/env"
 )
 
 // hosts are the cluster's servers and their addresses' last octets, as in
@@ -42,7 +44,7 @@ var hosts = []struct {
 
 func main() {
 	dir := flag.String("dir", "deploy/compose/tls", "directory to write the PEM files into")
-	subnet := flag.String("subnet", envOr("QUIRE_SUBNET", "10.207.14"), "the cluster's subnet, its first three octets (env QUIRE_SUBNET)")
+	subnet := flag.String("subnet", env.Or("QUIRE_SUBNET", "10.207.14"), "the cluster's subnet, its first three octets (env QUIRE_SUBNET)")
 	valid := flag.Duration("valid", 90*24*time.Hour, "how long the certificates are valid")
 	flag.Parse()
 	if net.ParseIP(*subnet+".1") == nil {
@@ -54,13 +56,6 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("gencerts: wrote ca.pem, client.pem and the servers' certificates into %s\n", *dir)
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func generate(dir, subnet string, valid time.Duration) error {
