@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -390,24 +391,24 @@ func accessName(a Access) string {
 // Types of FormatSpecFile's output.
 type (
 	specFileYAML struct {
-		Journals []journalYAML `yaml:"journals"`
+		Journals []journalYAML `yaml:"journals" json:"journals"`
 	}
 	journalYAML struct {
-		Name          string         `yaml:"name"`
-		Replication   int32          `yaml:"replication"`
-		Labels        map[string]any `yaml:"labels,omitempty"`
-		Fragment      *fragmentYAML  `yaml:"fragment,omitempty"`
-		Access        string         `yaml:"access,omitempty"`
-		MaxAppendRate any            `yaml:"maxAppendRate,omitempty"`
+		Name          string         `yaml:"name" json:"name"`
+		Replication   int32          `yaml:"replication" json:"replication"`
+		Labels        map[string]any `yaml:"labels,omitempty" json:"labels,omitempty"`
+		Fragment      *fragmentYAML  `yaml:"fragment,omitempty" json:"fragment,omitempty"`
+		Access        string         `yaml:"access,omitempty" json:"access,omitempty"`
+		MaxAppendRate any            `yaml:"maxAppendRate,omitempty" json:"maxAppendRate,omitempty"`
 	}
 	fragmentYAML struct {
-		Length          any      `yaml:"length,omitempty"`
-		Codec           string   `yaml:"codec,omitempty"`
-		Stores          []string `yaml:"stores,omitempty"`
-		RefreshInterval string   `yaml:"refreshInterval,omitempty"`
-		FlushInterval   string   `yaml:"flushInterval,omitempty"`
-		Retention       string   `yaml:"retention,omitempty"`
-		Fsync           bool     `yaml:"fsync,omitempty"`
+		Length          any      `yaml:"length,omitempty" json:"length,omitempty"`
+		Codec           string   `yaml:"codec,omitempty" json:"codec,omitempty"`
+		Stores          []string `yaml:"stores,omitempty" json:"stores,omitempty"`
+		RefreshInterval string   `yaml:"refreshInterval,omitempty" json:"refreshInterval,omitempty"`
+		FlushInterval   string   `yaml:"flushInterval,omitempty" json:"flushInterval,omitempty"`
+		Retention       string   `yaml:"retention,omitempty" json:"retention,omitempty"`
+		Fsync           bool     `yaml:"fsync,omitempty" json:"fsync,omitempty"`
 	}
 )
 
@@ -448,6 +449,27 @@ func FormatSpecFile(specs []*JournalSpec) ([]byte, error) {
 		return nil, fmt.Errorf("encoding spec file: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// SpecJSON is the JSON form of a spec that `quire journals list -o json`
+// prints: the spec file's fields (labels as a map, durations as "1m"),
+// with sizes as numbers of bytes.
+func SpecJSON(s *JournalSpec) (json.RawMessage, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	j := formatJournal(s)
+	if s.MaxAppendRate != 0 {
+		j.MaxAppendRate = s.MaxAppendRate
+	}
+	if j.Fragment != nil && s.Fragment.Length != 0 {
+		j.Fragment.Length = s.Fragment.Length
+	}
+	raw, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("encoding journal %s: %w", s.Name, err)
+	}
+	return raw, nil
 }
 
 func formatJournal(s *JournalSpec) journalYAML {

@@ -292,3 +292,26 @@ func FuzzParseSpecFile(f *testing.F) {
 		}
 	})
 }
+
+// SpecJSON writes sizes as bytes and labels as a map, and a spec file of
+// it (JSON is YAML) reads back as the spec.
+func TestSpecJSON(t *testing.T) {
+	spec := validSpec()
+	raw, err := SpecJSON(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"length":67108864`, `"maxAppendRate":10485760`, `"labels":{"app":"wordcount","region":["eu","us"]}`, `"retention":"720h"`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("SpecJSON = %s, which lacks %s", raw, want)
+		}
+	}
+	back, err := ParseSpecFile([]byte(`{"journals": [` + string(raw) + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSpecs(t, back, []*JournalSpec{spec})
+	if _, err := SpecJSON(&JournalSpec{Name: "//"}); err == nil {
+		t.Error("SpecJSON of an invalid spec succeeded")
+	}
+}

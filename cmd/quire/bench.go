@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -234,9 +233,11 @@ func percentileMs(lat []time.Duration, p float64) float64 {
 }
 
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := formatJSON(v)
+	if err == nil {
+		_, err = w.Write(b)
+	}
+	return err
 }
 
 type benchReadFlags struct {

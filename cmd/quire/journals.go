@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,9 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/consumer"
 	"github.com/quire-dev/quire/internal/authflag"
@@ -254,7 +255,7 @@ func runList(ctx context.Context, stdout io.Writer, jf *journalsFlags, selector,
 	case "yaml":
 		out, err = protocol.FormatSpecFile(specsOf(js))
 	case "json":
-		out, err = marshalJSON(&protocol.ListResponse{Journals: js})
+		out, err = journalsJSON(js)
 	default:
 		out = journalsTable(js)
 	}
@@ -273,12 +274,14 @@ func specsOf(js []*protocol.ListResponse_Journal) []*protocol.JournalSpec {
 	return out
 }
 
-func marshalJSON(m proto.Message) ([]byte, error) {
-	out, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+// formatJSON is the -o json of every command: v indented, one field a
+// line, with a final newline.
+func formatJSON(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encoding JSON: %w", err)
 	}
-	return append(out, '\n'), nil
+	return append(b, '\n'), nil
 }
 
 func journalsTable(js []*protocol.ListResponse_Journal) []byte {
@@ -294,13 +297,50 @@ func journalsTable(js []*protocol.ListResponse_Journal) []byte {
 	return b.Bytes()
 }
 
-// routeText is a route's brokers, zone/suffix, primary first.
+// routeText is a route's brokers, zone#suffix, primary first.
 func routeText(rt *protocol.Route) string {
-	var names []string
+	return orDash(strings.Join(routeMembers(rt), ","))
+}
+
+func routeMembers(rt *protocol.Route) []string {
+	names := []string{}
 	for _, m := range rt.GetMembers() {
-		names = append(names, m.GetZone()+"/"+m.GetSuffix())
+		names = append(names, allocator.MemberName(m.GetZone(), m.GetSuffix()))
 	}
-	return orDash(strings.Join(names, ","))
+	return names
+}
+
+// The JSON form of `journals list -o json`.
+type (
+	journalsListJSON struct {
+		Journals []journalListJSON `json:"journals"`
+	}
+	journalListJSON struct {
+		Spec           json.RawMessage `json:"spec"`
+		CreateRevision int64           `json:"createRevision"`
+		ModRevision    int64           `json:"modRevision"`
+		Route          routeJSON       `json:"route"`
+	}
+	routeJSON struct {
+		Members   []string `json:"members"` // zone#suffix, the primary first
+		Endpoints []string `json:"endpoints"`
+		Revision  int64    `json:"revision"`
+	}
+)
+
+func journalsJSON(js []*protocol.ListResponse_Journal) ([]byte, error) {
+	out := journalsListJSON{Journals: []journalListJSON{}}
+	for _, j := range js {
+		spec, err := protocol.SpecJSON(j.GetSpec())
+		if err != nil {
+			return nil, fmt.Errorf("journal %s: %w", j.GetSpec().GetName(), err)
+		}
+		rt := j.GetRoute()
+		out.Journals = append(out.Journals, journalListJSON{Spec: spec, CreateRevision: j.GetCreateRevision(),
+			ModRevision: j.GetModRevision(), Route: routeJSON{Members: routeMembers(rt),
+				Endpoints: append([]string{}, rt.GetEndpoints()...), Revision: rt.GetRevision()}})
+	}
+	return formatJSON(out)
 }
 
 func orDash(s string) string {

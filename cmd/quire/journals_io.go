@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -437,7 +438,7 @@ func runFragments(ctx context.Context, stdout io.Writer, jf *journalsFlags, f fr
 	}
 	var out []byte
 	if f.output == "json" {
-		out, err = marshalJSON(&protocol.FragmentsResponse{Fragments: infos})
+		out, err = fragmentsJSON(infos)
 	} else {
 		out = fragmentsTable(infos, f.signedURLs > 0)
 	}
@@ -446,6 +447,37 @@ func runFragments(ctx context.Context, stdout io.Writer, jf *journalsFlags, f fr
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+// The JSON form of `journals fragments -o json`.
+type (
+	fragmentsListJSON struct {
+		Fragments []fragmentJSON `json:"fragments"`
+	}
+	fragmentJSON struct {
+		Journal string `json:"journal"`
+		Begin   int64  `json:"begin"`
+		End     int64  `json:"end"`
+		Sum     string `json:"sum"` // SHA-256 of the content, hex
+		Codec   string `json:"codec"`
+		Store   string `json:"store,omitempty"`   // absent while only spooled
+		ModTime string `json:"modTime,omitempty"` // RFC 3339, when persisted
+		URL     string `json:"signedUrl,omitempty"`
+	}
+)
+
+func fragmentsJSON(infos []*protocol.FragmentsResponse_Info) ([]byte, error) {
+	out := fragmentsListJSON{Fragments: []fragmentJSON{}}
+	for _, info := range infos {
+		fr := info.GetFragment()
+		j := fragmentJSON{Journal: fr.GetJournal(), Begin: fr.GetBegin(), End: fr.GetEnd(), Sum: hex.EncodeToString(fr.GetSum()),
+			Codec: codecText(fr.GetCodec()), Store: fr.GetStore(), URL: info.GetSignedUrl()}
+		if fr.GetModTime() != 0 {
+			j.ModTime = time.Unix(fr.GetModTime(), 0).UTC().Format(time.RFC3339)
+		}
+		out.Fragments = append(out.Fragments, j)
+	}
+	return formatJSON(out)
 }
 
 func fragmentsTable(infos []*protocol.FragmentsResponse_Info, withURLs bool) []byte {

@@ -13,13 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quire-dev/quire/broker"
@@ -167,16 +167,40 @@ func TestJournalsApplyListDelete(t *testing.T) {
 	// An append waits for demo/a to have its broker; list shows it then.
 	must(t, b, strings.NewReader("x"), "journals", "append", "-j", "demo/a")
 	table := must(t, b, nil, "journals", "list", "-l", "tier!=gold").stdout
-	if !regexp.MustCompile(`(?m)^NAME +REPLICATION +ROUTE +LABELS\ndemo/a +1 +z/b1 +app=demo\ndemo/c +1 +\S+ +app=demo\n$`).MatchString(table) {
+	if !regexp.MustCompile(`(?m)^NAME +REPLICATION +ROUTE +LABELS\ndemo/a +1 +z#b1 +app=demo\ndemo/c +1 +\S+ +app=demo\n$`).MatchString(table) {
 		t.Errorf("table:\n%s", table)
 	}
-	var resp protocol.ListResponse
-	if err := protojson.Unmarshal([]byte(must(t, b, nil, "journals", "list", "-o", "json", "-l", "name=demo/a").stdout), &resp); err != nil {
+	// -o json: numbers as numbers, labels as a map, members as zone#suffix,
+	// and a spec that a spec file takes back.
+	var resp struct {
+		Journals []struct {
+			Spec                        json.RawMessage
+			CreateRevision, ModRevision any
+			Route                       struct{ Members, Endpoints []string }
+		}
+	}
+	listed := must(t, b, nil, "journals", "list", "-o", "json", "-l", "name=demo/a").stdout
+	if err := json.Unmarshal([]byte(listed), &resp); err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Journals) != 1 || resp.Journals[0].ModRevision == 0 || resp.Journals[0].CreateRevision == 0 ||
-		resp.Journals[0].GetRoute().GetEndpoints()[0] != b {
-		t.Errorf("list -o json: %v", &resp)
+	if len(resp.Journals) != 1 {
+		t.Fatalf("list -o json of one journal:\n%s", listed)
+	}
+	j := resp.Journals[0]
+	if rev, ok := j.ModRevision.(float64); !ok || rev == 0 || j.CreateRevision == nil {
+		t.Errorf("list -o json gives revisions %v %v, want numbers", j.CreateRevision, j.ModRevision)
+	}
+	if !slices.Equal(j.Route.Members, []string{"z#b1"}) || !slices.Equal(j.Route.Endpoints, []string{b}) {
+		t.Errorf("list -o json gives the route %+v", j.Route)
+	}
+	var spec map[string]any
+	json.Unmarshal(j.Spec, &spec)
+	if labels, ok := spec["labels"].(map[string]any); !ok || labels["app"] != "demo" {
+		t.Errorf("list -o json gives the labels %v, want a map", spec["labels"])
+	}
+	back, err := protocol.ParseSpecFile([]byte(`{"journals": [` + string(j.Spec) + `]}`))
+	if err != nil || !equalSpecs(back, listSpecs(t, b)[:1]) {
+		t.Errorf("the spec of list -o json reads back as %v (%v), want %v", back, err, listSpecs(t, b)[:1])
 	}
 
 	// Deleting.
@@ -304,6 +328,24 @@ func TestJournalsAppendRead(t *testing.T) {
 	frags := must(t, b, nil, "journals", "fragments", "-j", "data/bin").stdout
 	if !strings.HasPrefix(frags, "BEGIN") {
 		t.Errorf("fragments printed %q", frags)
+	}
+	// A rolled fragment, in -o json.
+	must(t, b, strings.NewReader("journals: [{name: data/small, replication: 1, fragment: {length: 1KiB}}]\n"), "journals", "apply", "-f", "-")
+	for range 2 {
+		must(t, b, bytes.NewReader(content[:4096]), "journals", "append", "-j", "data/small")
+	}
+	var listed struct {
+		Fragments []map[string]any
+	}
+	if err := json.Unmarshal([]byte(must(t, b, nil, "journals", "fragments", "-j", "data/small", "-o", "json").stdout), &listed); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed.Fragments) == 0 {
+		t.Fatalf("fragments -o json lists none; the table:\n%s", frags)
+	}
+	f := listed.Fragments[0]
+	if _, ok := f["end"].(float64); !ok || f["journal"] != "data/small" || len(f["sum"].(string)) != 64 {
+		t.Errorf("fragments -o json gives %v, want numbers for offsets and the sum in hex", f)
 	}
 }
 

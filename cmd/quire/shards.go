@@ -609,11 +609,7 @@ func shardsJSON(shards []listedShard, stats []shardStat) ([]byte, error) {
 		}
 		out.Shards = append(out.Shards, s)
 	}
-	var b bytes.Buffer
-	if err := writeJSON(&b, out); err != nil {
-		return nil, fmt.Errorf("encoding JSON: %w", err)
-	}
-	return b.Bytes(), nil
+	return formatJSON(out)
 }
 
 // ---- apply ----

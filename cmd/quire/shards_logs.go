@@ -214,11 +214,7 @@ func hintsJSON(hs *shardHints) ([]byte, error) {
 			out.Backups = append(out.Backups, raw)
 		}
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("encoding JSON: %w", err)
-	}
-	return append(b, '\n'), nil
+	return formatJSON(out)
 }
 
 // ---- recover ----

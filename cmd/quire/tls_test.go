@@ -64,7 +64,7 @@ func TestBrokersServeMutualTLS(t *testing.T) {
 			t.Errorf("read through %s: %q", addr, got)
 		}
 	}
-	if got := must(t, addrs[0], nil, with("journals", "list")...).stdout; !strings.Contains(got, "zb1/b1") || !strings.Contains(got, "zb2/b2") {
+	if got := must(t, addrs[0], nil, with("journals", "list")...).stdout; !strings.Contains(got, "zb1#b1") || !strings.Contains(got, "zb2#b2") {
 		t.Errorf("secure/j is not replicated on both brokers:\n%s", got)
 	}
 
