@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"time"
 
@@ -82,9 +83,36 @@ func (s *Server) Apply(ctx context.Context, req *protocol.ApplyRequest) (*protoc
 		out.Status = protocol.Status_REVISION_MISMATCH
 	} else {
 		s.awaitRevision(ctx, resp.Header.Revision)
+		out.Warnings = s.applyWarnings(req)
 	}
 	out.Header = s.header(nil)
 	return out, nil
+}
+
+// applyWarnings says which upserted journals ask for more replicas than
+// there are brokers to hold them: the allocator gives each replica its own
+// broker, so such a journal stays under-replicated until more join.
+func (s *Server) applyWarnings(req *protocol.ApplyRequest) []string {
+	kvs, rev := s.ks.Snapshot()
+	state := allocator.NewState(s.cfg.Root, kvs, rev)
+	holders := 0
+	for _, m := range state.Members {
+		if m.Value.ItemLimit() > 0 && !m.Value.IsExiting() {
+			holders++
+		}
+	}
+	brokers := fmt.Sprintf("%d brokers", holders)
+	if holders == 1 {
+		brokers = "1 broker"
+	}
+	var out []string
+	for _, c := range req.Changes {
+		if c.Upsert != nil && int(c.Upsert.Replication) > holders {
+			out = append(out, fmt.Sprintf("%s: replication %d, but only %s can hold journals: it is under-replicated until %d more join",
+				c.Upsert.Name, c.Upsert.Replication, brokers, int(c.Upsert.Replication)-holders))
+		}
+	}
+	return out
 }
 
 // requireApply checks that the request may apply each of its changes: to

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -202,9 +203,55 @@ func (s *Server) Apply(ctx context.Context, req *protocol.ShardApplyRequest) (*p
 		out.Status = protocol.Status_REVISION_MISMATCH
 	} else if err := s.awaitRevision(ctx, resp.Header.Revision); err != nil {
 		return nil, err
+	} else {
+		out.Warnings = s.applyWarnings(ctx, req)
 	}
 	out.Header = s.header()
 	return out, nil
+}
+
+// applyWarnings names the journals that upserted shards read or record
+// into and that do not exist. If the journals cannot be listed (the
+// process's token may not LIST them), it warns of nothing.
+func (s *Server) applyWarnings(ctx context.Context, req *protocol.ShardApplyRequest) []string {
+	needed := map[string][]string{} // journal → what needs it
+	var names []string
+	need := func(journal, what string) {
+		if needed[journal] == nil {
+			names = append(names, journal)
+		}
+		needed[journal] = append(needed[journal], what)
+	}
+	for _, c := range req.Changes {
+		spec, err := UnmarshalShardSpec(c.Upsert)
+		if len(c.Upsert) == 0 || err != nil {
+			continue
+		}
+		for _, src := range spec.Sources {
+			need(src.Journal, "shard "+spec.ID+"'s source")
+		}
+		if log := spec.RecoveryLog(); log != "" {
+			need(log, "shard "+spec.ID+"'s recovery log")
+		}
+	}
+	var out []string
+	for chunk := range slices.Chunk(names, 100) {
+		listed, err := s.cfg.Journals.ListAll(ctx, "name in ("+strings.Join(chunk, ",")+")")
+		if err != nil {
+			s.log.Debug("not checking that shards' journals exist", "err", err)
+			return nil
+		}
+		exists := map[string]bool{}
+		for _, j := range listed {
+			exists[j.GetSpec().GetName()] = true
+		}
+		for _, j := range chunk {
+			if !exists[j] {
+				out = append(out, fmt.Sprintf("journal %s does not exist: it is %s", j, strings.Join(needed[j], ", and ")))
+			}
+		}
+	}
+	return out
 }
 
 // applyOps validates an Apply's changes and returns its transaction.

@@ -1416,7 +1416,11 @@ type ApplyResponse struct {
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
 	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
 	// The etcd revision of the applied changes.
-	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// What the applied specs ask that the fleet cannot give now, one line
+	// each: a replication above the brokers that can hold the journal. The
+	// changes are applied all the same.
+	Warnings      []string `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1470,6 +1474,13 @@ func (x *ApplyResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ApplyResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 type FragmentsRequest struct {
@@ -2040,11 +2051,12 @@ const file_protocol_proto_rawDesc = "" +
 	"\x06Change\x12.\n" +
 	"\x13expect_mod_revision\x18\x01 \x01(\x03R\x11expectModRevision\x123\n" +
 	"\x06upsert\x18\x02 \x01(\v2\x1b.quire.protocol.JournalSpecR\x06upsert\x12\x16\n" +
-	"\x06delete\x18\x03 \x01(\tR\x06delete\"\x8b\x01\n" +
+	"\x06delete\x18\x03 \x01(\tR\x06delete\"\xa7\x01\n" +
 	"\rApplyResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"\xcd\x02\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x1a\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xcd\x02\n" +
 	"\x10FragmentsRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x12$\n" +

@@ -511,7 +511,11 @@ type ShardApplyResponse struct {
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
 	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
 	// The etcd revision of the applied changes.
-	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// What the applied specs need that does not exist, one line each: a
+	// source or recovery-log journal. The changes are applied all the same;
+	// the shards fail until the journals are created.
+	Warnings      []string `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +569,13 @@ func (x *ShardApplyResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ShardApplyResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 type GetHintsRequest struct {
@@ -1095,11 +1106,12 @@ const file_shard_proto_rawDesc = "" +
 	"\x06Change\x12.\n" +
 	"\x13expect_mod_revision\x18\x01 \x01(\x03R\x11expectModRevision\x12\x16\n" +
 	"\x06upsert\x18\x02 \x01(\fR\x06upsert\x12\x16\n" +
-	"\x06delete\x18\x03 \x01(\tR\x06delete\"\x90\x01\n" +
+	"\x06delete\x18\x03 \x01(\tR\x06delete\"\xac\x01\n" +
 	"\x12ShardApplyResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"'\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x1a\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"'\n" +
 	"\x0fGetHintsRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\tR\x05shard\"\xa6\x01\n" +
 	"\x10GetHintsResponse\x12.\n" +

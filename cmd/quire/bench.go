@@ -181,7 +181,7 @@ func ensureJournal(ctx context.Context, c *client.Client, stderr io.Writer, jf *
 	}
 	spec := &protocol.JournalSpec{Name: name, Replication: replication}
 	spec.ApplyDefaults()
-	err = jf.apply(ctx, c, []change{{name: name, req: &protocol.ApplyRequest_Change{Upsert: spec}}})
+	_, err = jf.apply(ctx, c, []change{{name: name, req: &protocol.ApplyRequest_Change{Upsert: spec}}})
 	if err != nil {
 		return 0, err
 	}

@@ -365,7 +365,7 @@ Journals missing from the file are left alone. --dry-run prints what would
 change and changes nothing. '-f -' reads standard input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runApply(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), jf, file, dryRun)
+			return runApply(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), jf, file, dryRun)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "spec file; - reads standard input")
@@ -373,7 +373,7 @@ change and changes nothing. '-f -' reads standard input.`,
 	return cmd
 }
 
-func runApply(ctx context.Context, stdin io.Reader, stdout io.Writer, jf *journalsFlags, file string, dryRun bool) error {
+func runApply(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, jf *journalsFlags, file string, dryRun bool) error {
 	specs, err := readSpecFile(stdin, file)
 	if err != nil {
 		return err
@@ -388,7 +388,7 @@ func runApply(ctx context.Context, stdin io.Reader, stdout io.Writer, jf *journa
 		return err
 	}
 	changes := planUpserts(specs, byName(current))
-	return applyAndReport(ctx, c, stdout, jf, changes, dryRun)
+	return applyAndReport(ctx, c, stdout, stderr, jf, changes, dryRun)
 }
 
 func readSpecFile(stdin io.Reader, file string) ([]*protocol.JournalSpec, error) {
@@ -452,9 +452,17 @@ func planUpserts(specs []*protocol.JournalSpec, current map[string]*protocol.Lis
 
 // applyAndReport applies the changes in batches, and prints each change,
 // in order, once its batch is applied; with dryRun, it applies nothing.
-func applyAndReport(ctx context.Context, c *client.Client, stdout io.Writer, jf *journalsFlags, changes []change, dryRun bool) error {
+// applyAndReport applies the changes, printing each on stdout and the
+// brokers' warnings about them on stderr.
+func applyAndReport(ctx context.Context, c *client.Client, stdout, stderr io.Writer, jf *journalsFlags, changes []change, dryRun bool) error {
 	return applyInBatches(stdout, changes, dryRun, func(ch change) bool { return ch.req != nil },
-		func(batch []change) error { return jf.apply(ctx, c, batch) },
+		func(batch []change) error {
+			warnings, err := jf.apply(ctx, c, batch)
+			for _, w := range warnings {
+				fmt.Fprintf(stderr, "warning: %s\n", w)
+			}
+			return err
+		},
 		func(ch change) { printChange(stdout, ch, dryRun) })
 }
 
@@ -497,8 +505,9 @@ func applyInBatches[C any](stdout io.Writer, changes []C, dryRun bool, needs fun
 	return nil
 }
 
-// apply applies one batch of changes atomically.
-func (jf *journalsFlags) apply(ctx context.Context, c *client.Client, batch []change) error {
+// apply applies one batch of changes atomically, and returns the
+// brokers' warnings about them.
+func (jf *journalsFlags) apply(ctx context.Context, c *client.Client, batch []change) ([]string, error) {
 	req := &protocol.ApplyRequest{}
 	var names []string
 	for _, ch := range batch {
@@ -507,14 +516,14 @@ func (jf *journalsFlags) apply(ctx context.Context, c *client.Client, batch []ch
 	}
 	ctx, cancel := context.WithTimeout(ctx, jf.timeout)
 	defer cancel()
-	if _, err := c.Apply(ctx, req); err != nil {
-		if errors.Is(err, client.ErrRevisionMismatch) {
-			return fmt.Errorf("journals %s changed since they were listed, so none of them was changed: run the command again",
-				strings.Join(names, ", "))
-		}
-		return jf.brokerError("applying changes to "+strings.Join(names, ", "), err)
+	resp, err := c.Apply(ctx, req)
+	if errors.Is(err, client.ErrRevisionMismatch) {
+		return nil, fmt.Errorf("journals %s changed since they were listed, so none of them was changed: run the command again",
+			strings.Join(names, ", "))
+	} else if err != nil {
+		return nil, jf.brokerError("applying changes to "+strings.Join(names, ", "), err)
 	}
-	return nil
+	return resp.Warnings, nil
 }
 
 func printChange(w io.Writer, ch change, dryRun bool) {
@@ -620,14 +629,14 @@ is applied. Journals added to the file are created; journals removed from
 it are left alone ('quire journals delete' deletes). If the edited file is
 not a valid spec file, nothing is applied and the file is kept.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runEdit(cmd.Context(), cmd.OutOrStdout(), jf, selector, args)
+			return runEdit(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), jf, selector, args)
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector of the journals to edit")
 	return cmd
 }
 
-func runEdit(ctx context.Context, stdout io.Writer, jf *journalsFlags, selector string, names []string) error {
+func runEdit(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, selector string, names []string) error {
 	sel, err := selectorFor(selector, names, false)
 	if err != nil {
 		return err
@@ -671,7 +680,7 @@ func runEdit(ctx context.Context, stdout io.Writer, jf *journalsFlags, selector 
 			edited = append(edited, ch)
 		}
 	}
-	if err := applyAndReport(ctx, c, stdout, jf, edited, false); err != nil {
+	if err := applyAndReport(ctx, c, stdout, stderr, jf, edited, false); err != nil {
 		return fmt.Errorf("%w\nyour edits are kept in %s", err, path)
 	}
 	os.Remove(path)
@@ -791,5 +800,5 @@ func runDelete(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags,
 		changes = append(changes, change{name: name, action: "deleted",
 			req: &protocol.ApplyRequest_Change{Delete: name, ExpectModRevision: j.GetModRevision()}})
 	}
-	return applyAndReport(ctx, c, stdout, jf, changes, dryRun)
+	return applyAndReport(ctx, c, stdout, stderr, jf, changes, dryRun)
 }

@@ -132,10 +132,18 @@ func equalSpecs(a, b []*protocol.JournalSpec) bool {
 
 func TestJournalsApplyListDelete(t *testing.T) {
 	b := startBroker(t)
-	out := must(t, b, nil, "journals", "apply", "-f", "testdata/journals.yaml").stdout
-	if out != "demo/a: created\ndemo/b: created\n" {
-		t.Errorf("apply printed %q", out)
+	applied := must(t, b, nil, "journals", "apply", "-f", "testdata/journals.yaml")
+	out := applied.stdout
+	if out != "demo/a: created\ndemo/b: created\n" || applied.stderr != "" {
+		t.Errorf("apply printed %q, and %q on stderr", out, applied.stderr)
 	}
+	// More replicas than brokers: applied, with a warning on stderr.
+	applied = must(t, b, strings.NewReader("journals: [{name: wide/j, replication: 3}]\n"), "journals", "apply", "-f", "-")
+	if want := "warning: wide/j: replication 3, but only 1 broker can hold journals: it is under-replicated until 2 more join\n"; applied.stderr != want ||
+		applied.stdout != "wide/j: created\n" {
+		t.Errorf("apply of replication 3 on one broker printed %q, and %q on stderr; want a warning %q", applied.stdout, applied.stderr, want)
+	}
+	must(t, b, nil, "journals", "delete", "wide/j")
 	if want := fileSpecs(t, "testdata/journals.yaml"); !equalSpecs(listSpecs(t, b), want) {
 		t.Errorf("list -o yaml after apply: %v, want %v", listSpecs(t, b), want)
 	}

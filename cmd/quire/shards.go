@@ -630,7 +630,7 @@ The journals the shards read and their recovery logs are not created:
 'quire journals apply' creates them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runShardsApply(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), sf, file, dryRun)
+			return runShardsApply(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), sf, file, dryRun)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "shard file; - reads standard input")
@@ -638,7 +638,7 @@ The journals the shards read and their recovery logs are not created:
 	return cmd
 }
 
-func runShardsApply(ctx context.Context, stdin io.Reader, stdout io.Writer, sf *shardsFlags, file string, dryRun bool) error {
+func runShardsApply(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, sf *shardsFlags, file string, dryRun bool) error {
 	specs, err := readShardFile(stdin, file)
 	if err != nil {
 		return err
@@ -656,7 +656,7 @@ func runShardsApply(ctx context.Context, stdin io.Reader, stdout io.Writer, sf *
 	if err != nil {
 		return err
 	}
-	return c.applyAndReport(ctx, stdout, changes, dryRun)
+	return c.applyAndReport(ctx, stdout, stderr, changes, dryRun)
 }
 
 func readShardFile(stdin io.Reader, file string) ([]*consumer.ShardSpec, error) {
@@ -721,14 +721,23 @@ func planShardUpserts(specs []*consumer.ShardSpec, current map[string]listedShar
 
 // applyAndReport applies the changes in batches, and prints each change,
 // in order, once its batch is applied; with dryRun, it applies nothing.
-func (c *shardsClient) applyAndReport(ctx context.Context, stdout io.Writer, changes []shardChange, dryRun bool) error {
+// applyAndReport applies the changes, printing each on stdout and the
+// consumer process's warnings about them on stderr.
+func (c *shardsClient) applyAndReport(ctx context.Context, stdout, stderr io.Writer, changes []shardChange, dryRun bool) error {
 	return applyInBatches(stdout, changes, dryRun, func(ch shardChange) bool { return ch.req != nil },
-		func(batch []shardChange) error { return c.apply(ctx, batch) },
+		func(batch []shardChange) error {
+			warnings, err := c.apply(ctx, batch)
+			for _, w := range warnings {
+				fmt.Fprintf(stderr, "warning: %s\n", w)
+			}
+			return err
+		},
 		func(ch shardChange) { printShardChange(stdout, ch, dryRun) })
 }
 
-// apply applies one batch of changes atomically.
-func (c *shardsClient) apply(ctx context.Context, batch []shardChange) error {
+// apply applies one batch of changes atomically, and returns the
+// consumer process's warnings about them.
+func (c *shardsClient) apply(ctx context.Context, batch []shardChange) ([]string, error) {
 	req := &protocol.ShardApplyRequest{}
 	var ids []string
 	for _, ch := range batch {
@@ -741,14 +750,14 @@ func (c *shardsClient) apply(ctx context.Context, batch []shardChange) error {
 	resp, err := c.Apply(ctx, req)
 	switch {
 	case err != nil:
-		return c.sf.consumerError(what, err)
+		return nil, c.sf.consumerError(what, err)
 	case resp.GetStatus() == protocol.Status_REVISION_MISMATCH:
-		return fmt.Errorf("shards %s changed since they were listed, so none of them was changed: run the command again",
+		return nil, fmt.Errorf("shards %s changed since they were listed, so none of them was changed: run the command again",
 			strings.Join(ids, ", "))
 	case resp.GetStatus() != protocol.Status_OK:
-		return statusError(what, resp.GetStatus())
+		return nil, statusError(what, resp.GetStatus())
 	}
-	return nil
+	return resp.GetWarnings(), nil
 }
 
 func printShardChange(w io.Writer, ch shardChange, dryRun bool) {
@@ -806,14 +815,14 @@ is applied. Shards added to the file are created; shards removed from it
 are left alone ('quire shards delete' deletes). If the edited file is not
 a valid shard file, nothing is applied and the file is kept.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runShardsEdit(cmd.Context(), cmd.OutOrStdout(), sf, selector, args)
+			return runShardsEdit(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), sf, selector, args)
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector of the shards to edit")
 	return cmd
 }
 
-func runShardsEdit(ctx context.Context, stdout io.Writer, sf *shardsFlags, selector string, ids []string) error {
+func runShardsEdit(ctx context.Context, stdout, stderr io.Writer, sf *shardsFlags, selector string, ids []string) error {
 	sel, err := shardSelectorFor(selector, ids, false)
 	if err != nil {
 		return err
@@ -860,7 +869,7 @@ func runShardsEdit(ctx context.Context, stdout io.Writer, sf *shardsFlags, selec
 		fmt.Fprintln(stdout, "no changes")
 		return nil
 	}
-	if err := c.applyAndReport(ctx, stdout, edited, false); err != nil {
+	if err := c.applyAndReport(ctx, stdout, stderr, edited, false); err != nil {
 		return fmt.Errorf("%w\nyour edits are kept in %s", err, path)
 	}
 	os.Remove(path)
@@ -938,7 +947,7 @@ func runShardsDelete(ctx context.Context, stdout, stderr io.Writer, sf *shardsFl
 		changes = append(changes, shardChange{id: sh.spec.ID, action: "deleted",
 			req: &protocol.ShardApplyRequest_Change{Delete: sh.spec.ID, ExpectModRevision: sh.GetModRevision()}})
 	}
-	return c.applyAndReport(ctx, stdout, changes, dryRun)
+	return c.applyAndReport(ctx, stdout, stderr, changes, dryRun)
 }
 
 // ---- unassign ----

@@ -239,12 +239,19 @@ func TestShardsCommands(t *testing.T) {
 	if out != "counts/shard-0: would be created\ncounts/shard-1: would be created\ndry run: nothing was changed\n" {
 		t.Errorf("apply --dry-run printed %q", out)
 	}
-	if out := c.must(nil, "apply", "-f", file).stdout; out != "counts/shard-0: created\ncounts/shard-1: created\n" {
-		t.Errorf("apply printed %q", out)
+	if r := c.must(nil, "apply", "-f", file); r.stdout != "counts/shard-0: created\ncounts/shard-1: created\n" || r.stderr != "" {
+		t.Errorf("apply printed %q, and %q on stderr", r.stdout, r.stderr)
 	}
 	if out := c.must(nil, "apply", "-f", file).stdout; out != "counts/shard-0: unchanged\ncounts/shard-1: unchanged\n" {
 		t.Errorf("apply again printed %q", out)
 	}
+	// A shard whose journals do not exist: applied, with warnings.
+	r = c.must(strings.NewReader("shards:\n  - {id: orphan, sources: [counts/nowhere], recoveryLogPrefix: recovery, hintPrefix: /h/}\n"), "apply", "-f", "-")
+	if want := "warning: journal counts/nowhere does not exist: it is shard orphan's source\n" +
+		"warning: journal recovery/orphan does not exist: it is shard orphan's recovery log\n"; r.stderr != want || r.stdout != "orphan: created\n" {
+		t.Errorf("apply of a shard without journals printed %q, and %q on stderr; want the warnings %q", r.stdout, r.stderr, want)
+	}
+	c.must(nil, "delete", "orphan")
 
 	// Counting; list shows the primary, the standby and no lag.
 	for i := range 100 {
@@ -315,7 +322,7 @@ func TestShardsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = sc.applyAndReport(context.Background(), io.Discard, changes, false)
+	err = sc.applyAndReport(context.Background(), io.Discard, io.Discard, changes, false)
 	if err == nil || !strings.Contains(err.Error(), "counts/shard-1 changed since they were listed, so none of them was changed") {
 		t.Errorf("apply against a stale revision: %v", err)
 	}
