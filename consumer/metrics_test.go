@@ -69,3 +69,16 @@ func TestSourceLagMetric(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // Polling for the replica to stop.
 	}
 }
+
+// The lag series of a source exists once the primary serves, before the
+// shard reads any message.
+func TestSourceLagSeriesFromTheStart(t *testing.T) {
+	c := newCluster(t, counter{})
+	c.fleet.Start("c1", "za")
+	const shard, journal = "lag/idle-0", "lag/idle-in-0"
+	c.apply(c.shardSpec(shard, 0, journal))
+	c.stat(shard, nil) // A primary serves.
+	if lag, ok := lagMetric(t, shard, journal); !ok || lag != 0 {
+		t.Fatalf("lag of the idle source %s: %v (present %v), want a series at 0", journal, lag, ok)
+	}
+}

@@ -179,6 +179,9 @@ func (r *replica) logStopped() {
 func (r *replica) forgetLag() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for j := range r.readThrough {
+		sourceLag.DeleteLabelValues(r.id, j)
+	}
 	for j := range r.heads {
 		sourceLag.DeleteLabelValues(r.id, j)
 	}
@@ -378,6 +381,14 @@ func (r *replica) servingPrimary(sh *Shard, st store.Store, cp store.Checkpoint)
 	r.shard, r.store = sh, st
 	for j, c := range cp.Sources {
 		r.readThrough[j] = c.Read
+	}
+	// Every source's lag series exists from the start, not from the
+	// first commit that read it: an alert on a shard that never reads
+	// needs the series. Unknown heads count as caught up until then.
+	for _, src := range sh.spec.Sources {
+		rt := r.readThrough[src.Journal]
+		r.readThrough[src.Journal] = rt
+		sourceLag.WithLabelValues(r.id, src.Journal).Set(float64(max(0, r.heads[src.Journal]-rt)))
 	}
 	close(r.ready)
 	r.want = Status{Code: protocol.ReplicaCode_PRIMARY}
