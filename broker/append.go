@@ -137,6 +137,20 @@ func (r *replica) appendLocked(ctx context.Context, stream protocol.Journal_Appe
 	if resp := r.checkWriter(first); resp != nil {
 		return resp, nil
 	}
+	if first.Offset != nil && *first.Offset > r.spool().End() {
+		// An offset ahead of the head, still after the wait for the
+		// appends before it: the writer may know of content the stores
+		// hold past the head (quire journals reset-head, after fragments
+		// were restored). List them now rather than at the next refresh.
+		if err := r.refresh(); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "listing the stores of %s for an append at offset %d, past the write head %d: %v",
+				r.journal, *first.Offset, r.spool().End(), err)
+		}
+		if err := r.rollPastStores(p); err != nil {
+			r.dropPipeline()
+			return nil, err
+		}
+	}
 	if resp := r.checkAppend(first); resp != nil {
 		return resp, nil
 	}
@@ -241,6 +255,26 @@ func (r *replica) checkAppend(first *protocol.AppendRequest) *protocol.AppendRes
 				Registers: protocol.ProtoLabels(r.registers)}
 		}
 	}
+	return nil
+}
+
+// rollPastStores rolls every replica to the end of the content the
+// journal's stores hold, if that is past the write head: fragments
+// restored to a store from a backup, or persisted in an earlier life of
+// the journal by brokers whose spools are gone. Appending at the head
+// instead would give offsets the stores hold a second, different content.
+// A new pipeline rolls past them as it synchronizes; this is for a
+// pipeline already built. The caller holds the token and is primary.
+func (r *replica) rollPastStores(p *pipeline) error {
+	head, end := r.spool().End(), r.index.end()
+	if end <= head {
+		return nil
+	}
+	if err := r.rollPipeline(p, end); err != nil {
+		return err
+	}
+	r.srv.log.Info("rolled the write head forward, past content the stores hold", "journal", r.journal, "from", head, "to", end)
+	headsRolledForward.Inc()
 	return nil
 }
 

@@ -42,6 +42,9 @@ var (
 	persistErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_persist_errors_total", Help: "Failed attempts to persist a fragment (retried).",
 	})
+	headsRolledForward = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_heads_rolled_forward_total", Help: "Times a primary rolled a journal's write head forward past content its stores hold (fragments restored, or quire journals reset-head).",
+	})
 	fragmentsPruned = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_fragments_pruned_total", Help: "Fragments removed from stores past their journal's retention.",
 	})

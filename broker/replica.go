@@ -230,6 +230,7 @@ func (r *replica) maintain() {
 			}
 			if r.isPrimary() {
 				r.prune(spec)
+				r.rollPastStoresIfAhead()
 			}
 			nextRefresh = now.Add(refreshInterval(spec))
 		}
@@ -306,6 +307,30 @@ func (r *replica) flushIfDue() {
 	if err != nil {
 		r.dropPipeline()
 		r.srv.log.Warn("rolling spool at flush interval failed", "journal", r.journal, "err", err)
+	}
+}
+
+// rollPastStoresIfAhead rolls the journal forward past content its
+// stores hold beyond the write head, which a listing just found (see
+// rollPastStores), unless appends keep the token busy: the next listing
+// tries again.
+func (r *replica) rollPastStoresIfAhead() {
+	if r.index.end() <= r.spool().End() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	defer cancel()
+	if r.acquire(ctx) != nil {
+		return
+	}
+	defer r.release()
+	p, err := r.ensurePipeline(ctx)
+	if err == nil {
+		err = r.rollPastStores(p)
+	}
+	if err != nil {
+		r.dropPipeline()
+		r.srv.log.Warn("rolling the write head past content the stores hold failed", "journal", r.journal, "err", err)
 	}
 }
 
