@@ -93,11 +93,12 @@ func protoLabels(s labels.Set) []*protocol.Label {
 // was called), or it has been at most Config.MaxAppendBuffer bytes so far.
 // Otherwise the error wraps ErrNotReplayable.
 //
-// Appends commit once: each carries the client's writer name and a
+// Appends commit once: each carries a writer name of the client's and a
 // sequence number of its own, and a retry whose earlier attempt committed
 // (its stream broke after the commit message was sent) is answered with
-// that attempt's range, appending nothing. A journal remembers the last
-// append of its latest writers (see broker.MaxWriters): a retry after
+// that attempt's range, appending nothing. Concurrent appends to one
+// journal go under different names (see writers). A journal remembers the
+// last append of its latest writers (see broker.MaxWriters): a retry after
 // that many other writers appended to the journal commits again.
 //
 // Errors wrap ErrJournalNotFound, ErrWrongAppendOffset,
@@ -119,7 +120,9 @@ func (c *Client) append(ctx context.Context, req *AppendRequest, body content) (
 	first.Header = c.router.header()
 	// Every attempt of this append carries the same identity: a retry
 	// after an attempt that committed is answered with its range.
-	first.Writer, first.Sequence = c.writer, c.sequence.Add(1)
+	writer, release := c.writers.acquire(req.Journal)
+	defer release()
+	first.Writer, first.Sequence = writer, c.sequence.Add(1)
 	avoid := make(map[string]bool)
 	bo := c.newBackoff()
 	redirects := 0

@@ -103,9 +103,9 @@ type Client struct {
 	// nextWarn is when, in Unix nanoseconds, the next warning of an
 	// unreachable broker may be logged.
 	nextWarn atomic.Int64
-	// writer names the client in its appends, and sequence numbers them:
+	// writers name the client's appends, and sequence numbers them:
 	// brokers recognize a retry of an append that committed by the two.
-	writer   string
+	writers  *writers
 	sequence atomic.Uint64
 }
 
@@ -122,10 +122,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	opts := append(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, rpcbuf.DialOptions()...), c.DialOptions...)
 	return &Client{
-		cfg:    c,
-		router: newRouter(splitBrokers(c.Broker), c.Zone),
-		pool:   &pool{opts: opts, conns: make(map[string]*grpc.ClientConn)},
-		writer: newWriterName(),
+		cfg:     c,
+		router:  newRouter(splitBrokers(c.Broker), c.Zone),
+		pool:    &pool{opts: opts, conns: make(map[string]*grpc.ClientConn)},
+		writers: newWriters(newWriterName()),
 	}, nil
 }
 
