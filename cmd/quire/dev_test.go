@@ -449,8 +449,13 @@ func TestJournalsAppendExactlyOnceAcrossKill9(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	found := func() float64 { return counterValue(t, "quire_client_appends_found_committed_total") }
+	before := found()
 	n := 0
-	for kill := range 3 {
+	// At least three kills, and more until one caught an append whose
+	// answer was in flight (its retry was found committed), so that the
+	// test checks the retry and not only the luck of the timing.
+	for kill := 0; kill < 3 || (found() == before && kill < 10); kill++ {
 		for range 50 {
 			chunk(n)
 			n++
@@ -472,7 +477,7 @@ func TestJournalsAppendExactlyOnceAcrossKill9(t *testing.T) {
 		<-dev.done
 		dev.cmd.Wait()
 		dev = startDev(t, dir, ports)
-		t.Logf("kill %d after %d chunks", kill+1, n)
+		t.Logf("kill %d after %d chunks (retries found committed so far: %v)", kill+1, n, found()-before)
 	}
 	for range 50 {
 		chunk(n)
@@ -484,6 +489,9 @@ func TestJournalsAppendExactlyOnceAcrossKill9(t *testing.T) {
 	}
 	if got := must(t, addr, nil, "journals", "read", "-j", "dev/retried").stdout; got != want.String() {
 		t.Errorf("the journal holds %d bytes, want the %d appended, once each", len(got), want.Len())
+	}
+	if found() == before {
+		t.Errorf("no kill caught an append in flight: no retry was found committed")
 	}
 	if code := dev.interrupt(t); code != 0 {
 		t.Fatalf("quire dev exited %d; stderr: %s", code, dev.stderr)

@@ -15,13 +15,19 @@ import (
 // decodeErrors is how many values keyspaces of this process failed to
 // decode so far.
 func decodeErrors(t *testing.T) float64 {
+	return counterValue(t, "quire_keyspace_decode_errors_total")
+}
+
+// counterValue is the value of this process's counter name (one without
+// labels), or zero if it is not registered.
+func counterValue(t *testing.T, name string) float64 {
 	t.Helper()
 	families, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() == "quire_keyspace_decode_errors_total" {
+		if f.GetName() == name {
 			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
