@@ -164,6 +164,11 @@ func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsReque
 	if err := r.awaitReady(ctx); err != nil {
 		return nil, err
 	}
+	if req.Refresh && req.NextPageToken == 0 {
+		if err := r.refresh(); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "listing the stores of %s: %v", req.Journal, err)
+		}
+	}
 	return r.listFragments(ctx, req, hdr), nil
 }
 

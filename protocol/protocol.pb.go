@@ -1495,8 +1495,12 @@ type FragmentsRequest struct {
 	NextPageToken int64 `protobuf:"varint,5,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	PageLimit     int32 `protobuf:"varint,6,opt,name=page_limit,json=pageLimit,proto3" json:"page_limit,omitempty"`
 	// If set, include signed URLs valid this long.
-	SignatureTtl  *durationpb.Duration `protobuf:"bytes,7,opt,name=signature_ttl,json=signatureTtl,proto3" json:"signature_ttl,omitempty"`
-	DoNotProxy    bool                 `protobuf:"varint,8,opt,name=do_not_proxy,json=doNotProxy,proto3" json:"do_not_proxy,omitempty"`
+	SignatureTtl *durationpb.Duration `protobuf:"bytes,7,opt,name=signature_ttl,json=signatureTtl,proto3" json:"signature_ttl,omitempty"`
+	DoNotProxy   bool                 `protobuf:"varint,8,opt,name=do_not_proxy,json=doNotProxy,proto3" json:"do_not_proxy,omitempty"`
+	// List the journal's stores before answering, rather than answer from
+	// the replica's last listing, which may be a refresh interval old:
+	// fragments restored to a store since then show.
+	Refresh       bool `protobuf:"varint,9,opt,name=refresh,proto3" json:"refresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1583,6 +1587,13 @@ func (x *FragmentsRequest) GetSignatureTtl() *durationpb.Duration {
 func (x *FragmentsRequest) GetDoNotProxy() bool {
 	if x != nil {
 		return x.DoNotProxy
+	}
+	return false
+}
+
+func (x *FragmentsRequest) GetRefresh() bool {
+	if x != nil {
+		return x.Refresh
 	}
 	return false
 }
@@ -2056,7 +2067,7 @@ const file_protocol_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x1a\n" +
-	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xcd\x02\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xe7\x02\n" +
 	"\x10FragmentsRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x12$\n" +
@@ -2068,7 +2079,8 @@ const file_protocol_proto_rawDesc = "" +
 	"page_limit\x18\x06 \x01(\x05R\tpageLimit\x12>\n" +
 	"\rsignature_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\fsignatureTtl\x12 \n" +
 	"\fdo_not_proxy\x18\b \x01(\bR\n" +
-	"doNotProxy\"\xbe\x02\n" +
+	"doNotProxy\x12\x18\n" +
+	"\arefresh\x18\t \x01(\bR\arefresh\"\xbe\x02\n" +
 	"\x11FragmentsResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12D\n" +
