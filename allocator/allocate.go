@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/quire-dev/quire/flow"
+	"github.com/quire-dev/quire/internal/backoff"
 	"github.com/quire-dev/quire/keyspace"
 )
 
@@ -97,7 +98,7 @@ type allocator struct {
 	target       [][]int
 	targetPrint  uint64
 	haveTarget   bool
-	retryBackoff time.Duration
+	retry        *backoff.Backoff // paces rounds after a failed one
 }
 
 func newAllocator(cfg Config) (*allocator, error) {
@@ -123,7 +124,8 @@ func newAllocator(cfg Config) (*allocator, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Logger = cfg.Logger.With("member", name)
-	return &allocator{Config: cfg, root: root, zone: zone, suffix: suffix}, nil
+	return &allocator{Config: cfg, root: root, zone: zone, suffix: suffix,
+		retry: backoff.New(50*time.Millisecond, 5*time.Second)}, nil
 }
 
 func (a *allocator) run(ctx context.Context) error {
@@ -154,7 +156,7 @@ func (a *allocator) run(ctx context.Context) error {
 				}
 				continue
 			}
-			a.retryBackoff = 0
+			a.retry.Reset()
 			if next != 0 {
 				if err := a.KeySpace.WaitForRevision(ctx, next); err != nil {
 					return err
@@ -176,14 +178,9 @@ func (a *allocator) backoff(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	a.retryBackoff = min(max(2*a.retryBackoff, 50*time.Millisecond), 5*time.Second)
-	a.Logger.Warn("allocator round failed; retrying", "err", err, "backoff", a.retryBackoff)
-	select {
-	case <-time.After(a.retryBackoff):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	d := a.retry.Next()
+	a.Logger.Warn("allocator round failed; retrying", "err", err, "backoff", d)
+	return backoff.Sleep(ctx, d)
 }
 
 // round solves if the inputs changed, then commits one converge round. It

@@ -182,6 +182,7 @@ func (r *replica) syncCurrent() error {
 // (peers still learning the route) for a few seconds.
 func (r *replica) pipelineWithRetry(ctx context.Context) (*pipeline, error) {
 	deadline := time.Now().Add(5 * time.Second)
+	bo := newBackoff()
 	for attempt := 0; ; attempt++ {
 		p, err := r.ensurePipeline(ctx)
 		if err == nil || !errors.Is(err, errPipeline) || time.Now().After(deadline) {
@@ -190,8 +191,8 @@ func (r *replica) pipelineWithRetry(ctx context.Context) (*pipeline, error) {
 			}
 			return p, err
 		}
-		if !sleepCtx(ctx, backoff(attempt)) {
-			return nil, ctx.Err()
+		if err := bo.Wait(ctx); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/fragment"
+	"github.com/quire-dev/quire/internal/backoff"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 
@@ -200,13 +201,14 @@ func (r *replica) load() {
 // retry calls f until it succeeds, logging and backing off between
 // tries, and tells whether it did before the replica ended.
 func (r *replica) retry(what string, f func() error) bool {
-	for attempt := 0; ; attempt++ {
+	bo := newBackoff()
+	for {
 		err := f()
 		if err == nil {
 			return true
 		}
 		r.srv.log.Warn(what+" failed; retrying", "journal", r.journal, "err", err)
-		if !sleepCtx(r.ctx, backoff(attempt)) {
+		if bo.Wait(r.ctx) != nil {
 			return false
 		}
 	}
@@ -602,18 +604,5 @@ func refreshInterval(spec *protocol.JournalSpec) time.Duration {
 	return time.Minute
 }
 
-func backoff(attempt int) time.Duration {
-	return min(time.Duration(1<<min(attempt, 10))*50*time.Millisecond, 5*time.Second)
-}
-
-// sleepCtx waits for d, returning false if ctx ends first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// newBackoff paces a replica's retries.
+func newBackoff() *backoff.Backoff { return backoff.New(50*time.Millisecond, 5*time.Second) }

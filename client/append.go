@@ -149,7 +149,7 @@ func (c *Client) append(ctx context.Context, req *AppendRequest, body content) (
 			continue
 		}
 		redirects = 0
-		if werr := bo.wait(ctx); werr != nil {
+		if werr := bo.Wait(ctx); werr != nil {
 			appendsTotal.WithLabelValues("error").Inc()
 			return nil, fmt.Errorf("client: append journal %q: %w (retrying after: %w)", req.Journal, werr, err)
 		}

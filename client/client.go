@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quire-dev/quire/internal/backoff"
 	"github.com/quire-dev/quire/internal/rpcbuf"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -224,25 +224,6 @@ func (p *pool) close() error {
 	return errors.Join(errs...)
 }
 
-// backoff produces capped, exponentially growing, jittered delays.
-type backoff struct {
-	next, max time.Duration
-}
-
-func (c *Client) newBackoff() backoff {
-	return backoff{next: c.cfg.Backoff, max: c.cfg.MaxBackoff}
-}
-
-// wait sleeps for the next delay, or until ctx is done.
-func (b *backoff) wait(ctx context.Context) error {
-	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, b.max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+func (c *Client) newBackoff() *backoff.Backoff {
+	return backoff.New(c.cfg.Backoff, c.cfg.MaxBackoff)
 }

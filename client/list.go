@@ -170,7 +170,7 @@ func (c *Client) call(ctx context.Context, spec callSpec,
 			lastErr = serr
 		}
 		redirects = 0
-		if werr := bo.wait(ctx); werr != nil {
+		if werr := bo.Wait(ctx); werr != nil {
 			return fmt.Errorf("client: %s: %w (retrying after: %w)", name, werr, lastErr)
 		}
 	}

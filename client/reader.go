@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/quire-dev/quire/internal/backoff"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -71,7 +72,7 @@ type Reader struct {
 	cancel    context.CancelFunc
 	endpoint  string
 	avoid     map[string]bool
-	bo        backoff
+	bo        *backoff.Backoff
 	failed    bool  // The last stream ended without progress.
 	redirects int   // NOT_REPLICA answers followed at once, since progress.
 	invalid   error // From validating req.
@@ -155,7 +156,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 // one failed.
 func (r *Reader) open() error {
 	if r.failed {
-		if err := r.bo.wait(r.ctx); err != nil {
+		if err := r.bo.Wait(r.ctx); err != nil {
 			return fmt.Errorf("client: read journal %q: %w", r.req.Journal, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/backoff"
 	"github.com/quire-dev/quire/message"
 	"github.com/quire-dev/quire/protocol"
 	"github.com/quire-dev/quire/recoverylog"
@@ -409,7 +410,7 @@ func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recove
 	// be fenced by its successor's author like any other predecessor.
 	author := fmt.Sprintf("%s.%s.%d.%s", r.srv.cfg.Zone, r.srv.cfg.Suffix, r.assignmentRevision(), filepath.Base(r.dir))
 	deadline := time.Now().Add(2 * r.srv.cfg.LeaseTTL)
-	pause := 10 * time.Millisecond
+	pause := backoff.New(10*time.Millisecond, maxTakeOverPause)
 	for attempt := 1; ; attempt++ {
 		(*takeOverHook.Load())(spec.ID, attempt)
 		rec, err := recoverylog.NewRecorder(r.ctx, recoverylog.RecorderConfig{
@@ -423,12 +424,9 @@ func (r *replica) takeOver(spec *ShardSpec, player *recoverylog.Player) (*recove
 		case !errors.Is(err, client.ErrWrongAppendOffset) || time.Now().After(deadline):
 			return nil, fmt.Errorf("taking over recovery log %s (attempt %d): %w", spec.RecoveryLog(), attempt, err)
 		}
-		select {
-		case <-time.After(pause):
-		case <-r.ctx.Done():
+		if pause.Wait(r.ctx) != nil {
 			return nil, nil
 		}
-		pause = min(2*pause, maxTakeOverPause)
 		player.FinishAtWriteHead()
 		if err := player.Tail(r.ctx); err != nil {
 			return nil, playError(r.ctx, spec, err)
@@ -488,7 +486,7 @@ func guard[T any](name string, f func() (T, error)) (v T, err error) {
 // by transactions conditioned on the assignment's mod revision, retried
 // (after a backoff on errors) while the replica lives.
 func (r *replica) keepStatus() {
-	backoff := 50 * time.Millisecond
+	bo := backoff.New(50*time.Millisecond, 5*time.Second)
 	for {
 		r.mu.Lock()
 		want, a, changed := r.want, r.assignment, r.changed
@@ -496,15 +494,12 @@ func (r *replica) keepStatus() {
 		if statusOf(a) != want {
 			if err := r.putStatus(a, want); err != nil {
 				r.log.Warn("recording replica status failed; retrying", "status", want.String(), "err", err)
-				select {
-				case <-time.After(backoff):
-					backoff = min(2*backoff, 5*time.Second)
-					continue
-				case <-r.ctx.Done():
+				if bo.Wait(r.ctx) != nil {
 					return
 				}
+				continue
 			}
-			backoff = 50 * time.Millisecond
+			bo.Reset()
 		}
 		select {
 		case <-changed:

@@ -18,6 +18,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/quire-dev/quire/internal/backoff"
 )
 
 // Decoder decodes the value of an etcd key. Returning an error keeps the key
@@ -356,30 +358,28 @@ func (ks *KeySpace) Watch(ctx context.Context, client *clientv3.Client) error {
 		ks.watcher = nil
 		ks.mu.Unlock()
 	}()
-	var bo backoff
+	bo := backoff.New(minBackoff, maxBackoff)
 	needLoad := ks.Revision() == 0
 	for {
-		err := ks.watchStep(ctx, client, &bo, &needLoad)
+		err := ks.watchStep(ctx, client, bo, &needLoad)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err == nil {
 			continue
 		}
-		d := bo.next()
+		d := bo.Next()
 		ks.logger().Warn("keyspace: watch failed; retrying",
 			"root", ks.Root, "revision", ks.Revision(), "err", err, "backoff", d)
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := backoff.Sleep(ctx, d); err != nil {
+			return err
 		}
 	}
 }
 
 // watchStep loads the prefix if *needLoad, and otherwise watches it until
 // the watch fails. A compacted revision is not a failure: it sets *needLoad.
-func (ks *KeySpace) watchStep(ctx context.Context, client *clientv3.Client, bo *backoff, needLoad *bool) error {
+func (ks *KeySpace) watchStep(ctx context.Context, client *clientv3.Client, bo *backoff.Backoff, needLoad *bool) error {
 	if *needLoad {
 		if err := ks.Load(ctx, client, 0); err != nil {
 			return err
@@ -400,7 +400,7 @@ func (ks *KeySpace) watchStep(ctx context.Context, client *clientv3.Client, bo *
 
 // watchOnce runs one etcd watch from the revision after the mirror's,
 // applying its responses until it fails. It always returns an error.
-func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *backoff) error {
+func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *backoff.Backoff) error {
 	wctx, cancel := context.WithCancel(ownStream(clientv3.WithRequireLeader(ctx)))
 	defer cancel()
 	ks.mu.Lock()
@@ -440,7 +440,7 @@ func (ks *KeySpace) watchOnce(ctx context.Context, client *clientv3.Client, bo *
 		if err != nil {
 			return err
 		}
-		bo.reset()
+		bo.Reset()
 	}
 	return errWatchClosed
 }
@@ -514,13 +514,3 @@ func (ks *KeySpace) changes(events []*clientv3.Event, after int64) []change {
 	}
 	return sortChanges(cs)
 }
-
-// backoff is a capped exponential retry delay.
-type backoff struct{ d time.Duration }
-
-func (b *backoff) next() time.Duration {
-	b.d = min(max(2*b.d, minBackoff), maxBackoff)
-	return b.d
-}
-
-func (b *backoff) reset() { b.d = 0 }
