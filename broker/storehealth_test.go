@@ -15,8 +15,8 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/fragment"
-	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/internal/brokertest"
+	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/protocol"
 )
 
