@@ -66,12 +66,15 @@ func (s *Server) StoreHealth(ctx context.Context, req *protocol.StoreHealthReque
 	fwd.Header = s.header(nil)
 	var wg sync.WaitGroup
 	for i, m := range state.Members {
-		spec := m.Value.(*MemberSpec)
 		if m.Zone == s.cfg.Zone && m.Suffix == s.cfg.Suffix {
 			wg.Go(func() { out[i] = s.checkStores(ctx, req) })
 			continue
 		}
-		wg.Go(func() { out[i] = s.askPeer(ctx, m.Member, spec.Endpoint, fwd) })
+		var endpoint string
+		if spec, ok := m.Value.(*MemberSpec); ok {
+			endpoint = spec.Endpoint
+		}
+		wg.Go(func() { out[i] = s.askPeer(ctx, m.Member, endpoint, fwd) })
 	}
 	wg.Wait()
 	return &protocol.StoreHealthResponse{Status: protocol.Status_OK, Header: s.header(nil), Brokers: out}, nil
@@ -81,6 +84,10 @@ func (s *Server) StoreHealth(ctx context.Context, req *protocol.StoreHealthReque
 // and returns its report, or one that says why there is none.
 func (s *Server) askPeer(ctx context.Context, m allocator.Member, endpoint string, req *protocol.StoreHealthRequest) *protocol.StoreHealthResponse_Broker {
 	out := &protocol.StoreHealthResponse_Broker{ProcessId: &protocol.ProcessID{Zone: m.Zone, Suffix: m.Suffix}, Endpoint: endpoint}
+	if endpoint == "" {
+		out.Error = "its member key names no endpoint"
+		return out
+	}
 	conn, err := s.conns.Get(endpoint)
 	if err != nil {
 		out.Error = fmt.Sprintf("connecting to %s: %v", endpoint, err)
