@@ -121,6 +121,26 @@ var rpcs = []journalRPC{
 		_, err := jc.ListFragments(ctx, &protocol.FragmentsRequest{Journal: "orders/a"})
 		return err
 	}},
+	{"StoreHealth", auth.List, func(ctx context.Context, jc protocol.JournalClient) error {
+		resp, err := jc.StoreHealth(ctx, &protocol.StoreHealthRequest{Selector: "name=orders/a"})
+		if err != nil {
+			return err
+		}
+		// Like a List, a StoreHealth is never refused for its selector:
+		// it checks the stores of the journals the token may list (and
+		// the brokers' default stores). Every broker, asked as the
+		// caller, must have counted orders/a.
+		for _, b := range resp.Brokers {
+			counted := false
+			for _, st := range b.Stores {
+				counted = counted || st.Journals == 1
+			}
+			if !counted {
+				return status.Errorf(codes.PermissionDenied, "broker %v did not count orders/a: %v", b.ProcessId, b)
+			}
+		}
+		return nil
+	}},
 	{"Replicate", auth.Replicate, func(ctx context.Context, jc protocol.JournalClient) error {
 		s, err := jc.Replicate(ctx)
 		if err == nil {
@@ -210,6 +230,26 @@ func TestListAnswersOnlyTheSelector(t *testing.T) {
 	}
 	if strings.Join(names, " ") != "orders/a" {
 		t.Fatalf("List answered %q, want only orders/a", names)
+	}
+}
+
+// A StoreHealth that names stores writes where its caller says, as a
+// journal's spec can: it takes APPLY as well as LIST.
+func TestStoreHealthOfNamedStoresTakesApply(t *testing.T) {
+	f := newAuthFleet(t)
+	req := &protocol.StoreHealthRequest{Stores: []string{"file://" + t.TempDir() + "/"}}
+	_, err := conn(t, f.entry, f.key.Token("w", auth.List, "", time.Hour)).StoreHealth(context.Background(), req)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "APPLY") {
+		t.Errorf("StoreHealth naming a store with LIST alone: %v, want PermissionDenied for lack of APPLY", err)
+	}
+	resp, err := conn(t, f.entry, f.key.Token("w", auth.List|auth.Apply, "", time.Hour)).StoreHealth(context.Background(), req)
+	if err != nil || len(resp.Brokers) != 3 {
+		t.Fatalf("StoreHealth naming a store with LIST,APPLY: %v %v", resp, err)
+	}
+	for _, b := range resp.Brokers {
+		if b.Error != "" || len(b.Stores) != 2 {
+			t.Errorf("broker %v: %v, want its default store and the one named", b.ProcessId, b)
+		}
 	}
 }
 

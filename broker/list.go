@@ -28,13 +28,25 @@ func (s *Server) List(ctx context.Context, req *protocol.ListRequest) (*protocol
 			return nil, err
 		}
 	}
-	s.syncKeyspace(ctx)
+	if req.WaitForRevision > 0 {
+		if err := s.awaitResolved(ctx, req.WaitForRevision); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+	} else {
+		s.syncKeyspace(ctx)
+	}
 	sel, err := labels.ParseSelector(req.Selector)
 	if err != nil {
 		return nil, protocol.InvalidArgument(err)
 	}
-	_, journals := s.resolver.snapshot()
+	state, journals := s.resolver.snapshot()
 	resp := &protocol.ListResponse{Status: protocol.Status_OK, Header: s.header(nil)}
+	if state != nil {
+		// The revision of the journals listed, which the keyspace may
+		// have passed since: a watcher that waits for the next revision
+		// after it misses no change.
+		resp.Header.Revision = state.Revision
+	}
 	for _, j := range journals {
 		set := j.spec.LabelSetWithMeta()
 		if !sel.Matches(set) || !s.cfg.Auth.Allows(ctx, auth.List, set) {
@@ -46,6 +58,32 @@ func (s *Server) List(ctx context.Context, req *protocol.ListRequest) (*protocol
 	}
 	sort.Slice(resp.Journals, func(a, b int) bool { return resp.Journals[a].Spec.Name < resp.Journals[b].Spec.Name })
 	return resp, nil
+}
+
+// awaitResolved waits, for as long as ctx allows, until the journals and
+// routes that the broker serves reflect etcd's revision rev: the long
+// poll of a List with WaitForRevision. Unlike awaitRevision, it asks
+// nothing of etcd: a watcher waits for a change to come, not for a
+// revision it knows was written.
+func (s *Server) awaitResolved(ctx context.Context, rev int64) error {
+	select {
+	case <-s.serving:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		// Take the channel first: the resolver observes each change
+		// before the keyspace closes it.
+		ch := s.ks.Changed()
+		if state, _ := s.resolver.snapshot(); state != nil && state.Revision >= rev {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Apply creates, updates and deletes journal specs in one etcd transaction,

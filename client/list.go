@@ -175,3 +175,23 @@ func (c *Client) call(ctx context.Context, spec callSpec,
 		}
 	}
 }
+
+// StoreHealth asks a broker to check the fragment stores of every broker
+// of the fleet (see protocol.StoreHealthRequest): the broker asked passes
+// the request on to its peers. It goes to the default broker, and to
+// other known brokers while brokers are unreachable, until ctx is done.
+func (c *Client) StoreHealth(ctx context.Context, req *protocol.StoreHealthRequest) (*protocol.StoreHealthResponse, error) {
+	if err := req.Validate(); err != nil {
+		return nil, fmt.Errorf("client: store health: %w", err)
+	}
+	var resp *protocol.StoreHealthResponse
+	err := c.call(ctx, callSpec{op: "store health", retry: true}, func(ctx context.Context, jc protocol.JournalClient, _ target) (rpcResult, error) {
+		var err error
+		resp, err = jc.StoreHealth(ctx, req)
+		return rpcResult{resp.GetStatus(), resp.GetHeader()}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

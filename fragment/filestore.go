@@ -215,3 +215,84 @@ func (c *ctxWriter) Write(p []byte) (int, error) {
 	}
 	return c.w.Write(p)
 }
+
+// The objects of Probe: files beneath the root, written as fragments are
+// (a temporary file, synced, then renamed).
+
+func (s *fileStore) objectPath(name string) string {
+	return filepath.Join(s.root, filepath.FromSlash(name))
+}
+
+func (s *fileStore) putObject(ctx context.Context, name string, data []byte) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	final := s.objectPath(name)
+	dir := filepath.Dir(final)
+	if err := s.mkdirAll(dir); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, tempPrefix+filepath.Base(final)+"-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("syncing: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), final)
+}
+
+func (s *fileStore) getObject(ctx context.Context, name string, limit int64) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(s.objectPath(name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(data)) > limit {
+		err = errTooLarge
+	}
+	return data, err
+}
+
+func (s *fileStore) listObjects(ctx context.Context, dir string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(s.objectPath(dir))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && !strings.HasPrefix(e.Name(), tempPrefix) {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+func (s *fileStore) removeObject(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.Remove(s.objectPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

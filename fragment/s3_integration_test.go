@@ -248,6 +248,10 @@ func TestS3Integration(t *testing.T) {
 		testStore(t, newS3Harness(t, endpoint, "deep/prefix/"))
 	})
 
+	t.Run("Probe", func(t *testing.T) {
+		testProbe(t, newS3Harness(t, endpoint, "probed/"))
+	})
+
 	t.Run("PrefixesAreSeparate", func(t *testing.T) {
 		a := newS3Harness(t, endpoint, "sep-a/")
 		b := newS3Harness(t, endpoint, "sep-b/")
@@ -308,6 +312,11 @@ func TestS3Integration(t *testing.T) {
 		t.Logf("Persist with a wrong secret key: %v", err)
 		if err := h.store.List(context.Background(), "denied", func(Fragment) error { return nil }); err == nil {
 			t.Error("List with a wrong secret key succeeded")
+		}
+		if res := Probe(context.Background(), h.store, "test"); res.OK() || res.Failed != ProbeWrite || len(res.Passed) != 0 {
+			t.Errorf("Probe with a wrong secret key = %+v, want a failed write and nothing passed", res)
+		} else {
+			t.Logf("Probe with a wrong secret key: %v", res.Err)
 		}
 	})
 

@@ -1,6 +1,7 @@
 package fragment
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -187,4 +188,58 @@ func (s *s3Store) SignURL(ctx context.Context, f Fragment, ttl time.Duration) (s
 		return "", fmt.Errorf("signing a URL for %s in %s: %w", f.Name(), s.url, err)
 	}
 	return u.String(), nil
+}
+
+// The objects of Probe: objects beneath the prefix, written with a single
+// PUT as fragments are.
+
+func (s *s3Store) putObject(ctx context.Context, name string, data []byte) error {
+	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+name, bytes.NewReader(data), int64(len(data)),
+		minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
+	return err
+}
+
+func (s *s3Store) getObject(ctx context.Context, name string, limit int64) ([]byte, error) {
+	core := minio.Core{Client: s.client}
+	body, _, _, err := core.GetObject(ctx, s.bucket, s.prefix+name, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, notExist(err)
+	}
+	defer body.Close()
+	data, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err == nil && int64(len(data)) > limit {
+		err = errTooLarge
+	}
+	return data, err
+}
+
+func (s *s3Store) listObjects(ctx context.Context, dir string) ([]string, error) {
+	// As in List: cancelling ctx stops the listing's goroutine, and
+	// draining the channel waits for it.
+	ctx, cancel := context.WithCancel(ctx)
+	prefix := s.prefix + dir + "/"
+	objects := s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix})
+	defer func() {
+		cancel()
+		for range objects {
+		}
+	}()
+	var names []string
+	for obj := range objects {
+		if obj.Err != nil {
+			return nil, obj.Err
+		}
+		if base := strings.TrimPrefix(obj.Key, prefix); base != "" && !strings.HasSuffix(base, "/") {
+			names = append(names, base)
+		}
+	}
+	return names, ctx.Err()
+}
+
+func (s *s3Store) removeObject(ctx context.Context, name string) error {
+	err := s.client.RemoveObject(ctx, s.bucket, s.prefix+name, minio.RemoveObjectOptions{})
+	if err != nil && !errors.Is(notExist(err), fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

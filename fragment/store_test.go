@@ -417,6 +417,51 @@ func testStore(t *testing.T, h storeHarness) {
 	})
 }
 
+// testProbe is the conformance of Probe: every step passes on a healthy
+// store, the probe is gone afterwards, it is never listed as a fragment,
+// and probes left behind for more than an hour are removed.
+func testProbe(t *testing.T, h storeHarness) {
+	ctx := context.Background()
+	content := testContent(100, 9)
+	f := fragmentOf("probed", 0, content, None)
+	persist(t, h.store, f, content)
+	stale := fmt.Sprintf("%s/%d-0123456789abcdef%s", ProbeDir, time.Now().Add(-2*time.Hour).UnixNano(), probeSuffix)
+	fresh := fmt.Sprintf("%s/%d-fedcba9876543210%s", ProbeDir, time.Now().Add(-time.Minute).UnixNano(), probeSuffix)
+	h.putRaw(t, stale, []byte("left behind"))
+	h.putRaw(t, fresh, []byte("another's, in progress"))
+
+	res := Probe(ctx, h.store, "test")
+	if !res.OK() {
+		t.Fatalf("Probe of a healthy store failed at %s: %v", res.Failed, res.Err)
+	}
+	var steps []string
+	for _, st := range res.Passed {
+		steps = append(steps, st.Step.String())
+		if st.Latency <= 0 {
+			t.Errorf("step %s took %v", st.Step, st.Latency)
+		}
+	}
+	if got := strings.Join(steps, ","); got != "write,read,list,delete" {
+		t.Errorf("passed steps %s, want write,read,list,delete", got)
+	}
+	var left []string
+	for _, o := range h.objects(t) {
+		if strings.HasPrefix(o, ProbeDir+"/") {
+			left = append(left, o)
+		}
+	}
+	if !slices.Equal(left, []string{fresh}) {
+		t.Errorf("objects under %s after Probe: %q, want only %q (the stale one removed, the fresh one kept)", ProbeDir, left, fresh)
+	}
+	if l := listAll(t, h.store, "probed"); len(l) != 1 || l[0].Name() != f.Name() {
+		t.Errorf("List(probed) = %v, want only %s", names(l), f.Name())
+	}
+	// No journal lists the probes: their directory is no journal's.
+	if err := ValidateJournal(ProbeDir); err == nil {
+		t.Errorf("%q is a valid journal name: a journal's listing could see probes", ProbeDir)
+	}
+}
+
 func newFileHarness(t *testing.T) storeHarness {
 	root := t.TempDir()
 	s, err := Open(context.Background(), "file://"+root+"/")
@@ -465,6 +510,27 @@ func newFileHarness(t *testing.T) storeHarness {
 
 func TestFileStore(t *testing.T) {
 	testStore(t, newFileHarness(t))
+	t.Run("Probe", func(t *testing.T) { testProbe(t, newFileHarness(t)) })
+}
+
+// A file store whose probe directory cannot be made fails the write step,
+// naming it, and takes no other.
+func TestFileStoreProbeFailsToWrite(t *testing.T) {
+	root := t.TempDir()
+	s, err := Open(context.Background(), "file://"+root+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, ProbeDir), []byte("a file where the directory goes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := Probe(context.Background(), s, "test")
+	if res.OK() || res.Failed != ProbeWrite || len(res.Passed) != 0 {
+		t.Fatalf("Probe = %+v, want a failed write and nothing passed", res)
+	}
+	if msg := res.Err.Error(); !strings.Contains(msg, "write "+ProbeDir+"/") || !strings.Contains(msg, s.URL()) || !strings.Contains(msg, "not a directory") {
+		t.Errorf("error %q does not name the step, the probe, the store and the cause", msg)
+	}
 }
 
 func TestFileStoreDetails(t *testing.T) {

@@ -239,6 +239,71 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 	return file_protocol_proto_rawDescGZIP(), []int{2}
 }
 
+// StoreStep is a step of a store's health check (StoreHealth), in the
+// order they run.
+type StoreStep int32
+
+const (
+	StoreStep_STORE_STEP_UNSPECIFIED StoreStep = 0
+	// Opening the store: its URL, its client, a file store's directory.
+	StoreStep_STORE_OPEN StoreStep = 1
+	// Writing a probe object.
+	StoreStep_STORE_WRITE StoreStep = 2
+	// Reading the probe back, and comparing it with what was written.
+	StoreStep_STORE_READ StoreStep = 3
+	// Listing the probes' directory, which must hold the probe.
+	StoreStep_STORE_LIST StoreStep = 4
+	// Removing the probe.
+	StoreStep_STORE_DELETE StoreStep = 5
+)
+
+// Enum value maps for StoreStep.
+var (
+	StoreStep_name = map[int32]string{
+		0: "STORE_STEP_UNSPECIFIED",
+		1: "STORE_OPEN",
+		2: "STORE_WRITE",
+		3: "STORE_READ",
+		4: "STORE_LIST",
+		5: "STORE_DELETE",
+	}
+	StoreStep_value = map[string]int32{
+		"STORE_STEP_UNSPECIFIED": 0,
+		"STORE_OPEN":             1,
+		"STORE_WRITE":            2,
+		"STORE_READ":             3,
+		"STORE_LIST":             4,
+		"STORE_DELETE":           5,
+	}
+)
+
+func (x StoreStep) Enum() *StoreStep {
+	p := new(StoreStep)
+	*p = x
+	return p
+}
+
+func (x StoreStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StoreStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_protocol_proto_enumTypes[3].Descriptor()
+}
+
+func (StoreStep) Type() protoreflect.EnumType {
+	return &file_protocol_proto_enumTypes[3]
+}
+
+func (x StoreStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StoreStep.Descriptor instead.
+func (StoreStep) EnumDescriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{3}
+}
+
 // Label is a name and a value. Label sets are repeated Labels, sorted by
 // name then value (see package labels for the rules).
 type Label struct {
@@ -1265,9 +1330,15 @@ type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A label selector; empty lists every journal. Labels also include
 	// "name" (the journal's name) and "prefix" (each of its path prefixes).
-	Selector      string `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Selector string `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
+	// If above zero, a long poll: the broker answers only once its view of
+	// etcd has reached this revision (or the request's context ends). A
+	// watcher asks again with the revision of the last answer's header plus
+	// one, and so hears of each change of specs or routes without polling.
+	// Zero answers at once, as brokers that predate the field do.
+	WaitForRevision int64 `protobuf:"varint,2,opt,name=wait_for_revision,json=waitForRevision,proto3" json:"wait_for_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListRequest) Reset() {
@@ -1305,6 +1376,13 @@ func (x *ListRequest) GetSelector() string {
 		return x.Selector
 	}
 	return ""
+}
+
+func (x *ListRequest) GetWaitForRevision() int64 {
+	if x != nil {
+		return x.WaitForRevision
+	}
+	return 0
 }
 
 type ListResponse struct {
@@ -1666,6 +1744,136 @@ func (x *FragmentsResponse) GetNextPageToken() int64 {
 	return 0
 }
 
+// StoreHealthRequest asks brokers to check that they can write, read,
+// list and delete in fragment stores: each broker's default store, the
+// stores of the selected journals, and the stores named.
+type StoreHealthRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set by a broker that passes the request on to a peer: the peer checks
+	// its own stores and answers for itself alone.
+	Header *Header `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// Journals whose stores to check: a label selector, as List's; empty
+	// selects every journal.
+	Selector string `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	// Store URLs to check as well, whether or not a journal uses them.
+	Stores        []string `protobuf:"bytes,3,rep,name=stores,proto3" json:"stores,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreHealthRequest) Reset() {
+	*x = StoreHealthRequest{}
+	mi := &file_protocol_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreHealthRequest) ProtoMessage() {}
+
+func (x *StoreHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreHealthRequest.ProtoReflect.Descriptor instead.
+func (*StoreHealthRequest) Descriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StoreHealthRequest) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *StoreHealthRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+func (x *StoreHealthRequest) GetStores() []string {
+	if x != nil {
+		return x.Stores
+	}
+	return nil
+}
+
+type StoreHealthResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
+	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
+	// Every broker of the fleet, as the answering broker knows them, sorted
+	// by zone and suffix.
+	Brokers       []*StoreHealthResponse_Broker `protobuf:"bytes,3,rep,name=brokers,proto3" json:"brokers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreHealthResponse) Reset() {
+	*x = StoreHealthResponse{}
+	mi := &file_protocol_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreHealthResponse) ProtoMessage() {}
+
+func (x *StoreHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreHealthResponse.ProtoReflect.Descriptor instead.
+func (*StoreHealthResponse) Descriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StoreHealthResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_OK
+}
+
+func (x *StoreHealthResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *StoreHealthResponse) GetBrokers() []*StoreHealthResponse_Broker {
+	if x != nil {
+		return x.Brokers
+	}
+	return nil
+}
+
 // Fragment settings control how content is spooled and persisted.
 type JournalSpec_Fragment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1690,7 +1898,7 @@ type JournalSpec_Fragment struct {
 
 func (x *JournalSpec_Fragment) Reset() {
 	*x = JournalSpec_Fragment{}
-	mi := &file_protocol_proto_msgTypes[18]
+	mi := &file_protocol_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1910,7 @@ func (x *JournalSpec_Fragment) String() string {
 func (*JournalSpec_Fragment) ProtoMessage() {}
 
 func (x *JournalSpec_Fragment) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[18]
+	mi := &file_protocol_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1987,7 @@ type ListResponse_Journal struct {
 
 func (x *ListResponse_Journal) Reset() {
 	*x = ListResponse_Journal{}
-	mi := &file_protocol_proto_msgTypes[19]
+	mi := &file_protocol_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1999,7 @@ func (x *ListResponse_Journal) String() string {
 func (*ListResponse_Journal) ProtoMessage() {}
 
 func (x *ListResponse_Journal) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[19]
+	mi := &file_protocol_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +2056,7 @@ type ApplyRequest_Change struct {
 
 func (x *ApplyRequest_Change) Reset() {
 	*x = ApplyRequest_Change{}
-	mi := &file_protocol_proto_msgTypes[20]
+	mi := &file_protocol_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +2068,7 @@ func (x *ApplyRequest_Change) String() string {
 func (*ApplyRequest_Change) ProtoMessage() {}
 
 func (x *ApplyRequest_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[20]
+	mi := &file_protocol_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2115,7 @@ type FragmentsResponse_Info struct {
 
 func (x *FragmentsResponse_Info) Reset() {
 	*x = FragmentsResponse_Info{}
-	mi := &file_protocol_proto_msgTypes[21]
+	mi := &file_protocol_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2127,7 @@ func (x *FragmentsResponse_Info) String() string {
 func (*FragmentsResponse_Info) ProtoMessage() {}
 
 func (x *FragmentsResponse_Info) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[21]
+	mi := &file_protocol_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,6 +2155,225 @@ func (x *FragmentsResponse_Info) GetSignedUrl() string {
 		return x.SignedUrl
 	}
 	return ""
+}
+
+type StoreHealthResponse_Step struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          StoreStep              `protobuf:"varint,1,opt,name=step,proto3,enum=quire.protocol.StoreStep" json:"step,omitempty"`
+	Latency       *durationpb.Duration   `protobuf:"bytes,2,opt,name=latency,proto3" json:"latency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreHealthResponse_Step) Reset() {
+	*x = StoreHealthResponse_Step{}
+	mi := &file_protocol_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreHealthResponse_Step) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreHealthResponse_Step) ProtoMessage() {}
+
+func (x *StoreHealthResponse_Step) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreHealthResponse_Step.ProtoReflect.Descriptor instead.
+func (*StoreHealthResponse_Step) Descriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{19, 0}
+}
+
+func (x *StoreHealthResponse_Step) GetStep() StoreStep {
+	if x != nil {
+		return x.Step
+	}
+	return StoreStep_STORE_STEP_UNSPECIFIED
+}
+
+func (x *StoreHealthResponse_Step) GetLatency() *durationpb.Duration {
+	if x != nil {
+		return x.Latency
+	}
+	return nil
+}
+
+type StoreHealthResponse_Store struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Url   string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Ok    bool                   `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
+	// The step that failed, and its error; unset when ok.
+	FailedStep StoreStep `protobuf:"varint,3,opt,name=failed_step,json=failedStep,proto3,enum=quire.protocol.StoreStep" json:"failed_step,omitempty"`
+	Error      string    `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// The steps that passed, in the order they ran. After a failure past
+	// the write, the probe is still removed: STORE_DELETE is listed here
+	// if that worked.
+	Passed []*StoreHealthResponse_Step `protobuf:"bytes,5,rep,name=passed,proto3" json:"passed,omitempty"`
+	// Whether the store is the broker's default, and how many of the
+	// selected journals use it.
+	DefaultStore  bool  `protobuf:"varint,6,opt,name=default_store,json=defaultStore,proto3" json:"default_store,omitempty"`
+	Journals      int32 `protobuf:"varint,7,opt,name=journals,proto3" json:"journals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreHealthResponse_Store) Reset() {
+	*x = StoreHealthResponse_Store{}
+	mi := &file_protocol_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreHealthResponse_Store) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreHealthResponse_Store) ProtoMessage() {}
+
+func (x *StoreHealthResponse_Store) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreHealthResponse_Store.ProtoReflect.Descriptor instead.
+func (*StoreHealthResponse_Store) Descriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{19, 1}
+}
+
+func (x *StoreHealthResponse_Store) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *StoreHealthResponse_Store) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *StoreHealthResponse_Store) GetFailedStep() StoreStep {
+	if x != nil {
+		return x.FailedStep
+	}
+	return StoreStep_STORE_STEP_UNSPECIFIED
+}
+
+func (x *StoreHealthResponse_Store) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *StoreHealthResponse_Store) GetPassed() []*StoreHealthResponse_Step {
+	if x != nil {
+		return x.Passed
+	}
+	return nil
+}
+
+func (x *StoreHealthResponse_Store) GetDefaultStore() bool {
+	if x != nil {
+		return x.DefaultStore
+	}
+	return false
+}
+
+func (x *StoreHealthResponse_Store) GetJournals() int32 {
+	if x != nil {
+		return x.Journals
+	}
+	return 0
+}
+
+type StoreHealthResponse_Broker struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ProcessId *ProcessID             `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	Endpoint  string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Why the broker could not be asked (then stores is empty).
+	Error         string                       `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Stores        []*StoreHealthResponse_Store `protobuf:"bytes,4,rep,name=stores,proto3" json:"stores,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreHealthResponse_Broker) Reset() {
+	*x = StoreHealthResponse_Broker{}
+	mi := &file_protocol_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreHealthResponse_Broker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreHealthResponse_Broker) ProtoMessage() {}
+
+func (x *StoreHealthResponse_Broker) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreHealthResponse_Broker.ProtoReflect.Descriptor instead.
+func (*StoreHealthResponse_Broker) Descriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{19, 2}
+}
+
+func (x *StoreHealthResponse_Broker) GetProcessId() *ProcessID {
+	if x != nil {
+		return x.ProcessId
+	}
+	return nil
+}
+
+func (x *StoreHealthResponse_Broker) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *StoreHealthResponse_Broker) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *StoreHealthResponse_Broker) GetStores() []*StoreHealthResponse_Store {
+	if x != nil {
+		return x.Stores
+	}
+	return nil
 }
 
 var File_protocol_proto protoreflect.FileDescriptor
@@ -2045,9 +2472,10 @@ const file_protocol_proto_rawDesc = "" +
 	"write_head\x18\x04 \x01(\x03R\twriteHead\x124\n" +
 	"\bfragment\x18\x05 \x01(\v2\x18.quire.protocol.FragmentR\bfragment\x12!\n" +
 	"\ffragment_url\x18\x06 \x01(\tR\vfragmentUrl\x12\x18\n" +
-	"\acontent\x18\a \x01(\fR\acontent\")\n" +
+	"\acontent\x18\a \x01(\fR\acontent\"U\n" +
 	"\vListRequest\x12\x1a\n" +
-	"\bselector\x18\x01 \x01(\tR\bselector\"\xe6\x02\n" +
+	"\bselector\x18\x01 \x01(\tR\bselector\x12*\n" +
+	"\x11wait_for_revision\x18\x02 \x01(\x03R\x0fwaitForRevision\"\xe6\x02\n" +
 	"\fListResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12@\n" +
@@ -2089,7 +2517,33 @@ const file_protocol_proto_rawDesc = "" +
 	"\x04Info\x124\n" +
 	"\bfragment\x18\x01 \x01(\v2\x18.quire.protocol.FragmentR\bfragment\x12\x1d\n" +
 	"\n" +
-	"signed_url\x18\x02 \x01(\tR\tsignedUrl*`\n" +
+	"signed_url\x18\x02 \x01(\tR\tsignedUrl\"x\n" +
+	"\x12StoreHealthRequest\x12.\n" +
+	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x1a\n" +
+	"\bselector\x18\x02 \x01(\tR\bselector\x12\x16\n" +
+	"\x06stores\x18\x03 \x03(\tR\x06stores\"\xe2\x05\n" +
+	"\x13StoreHealthResponse\x12.\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
+	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12D\n" +
+	"\abrokers\x18\x03 \x03(\v2*.quire.protocol.StoreHealthResponse.BrokerR\abrokers\x1aj\n" +
+	"\x04Step\x12-\n" +
+	"\x04step\x18\x01 \x01(\x0e2\x19.quire.protocol.StoreStepR\x04step\x123\n" +
+	"\alatency\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\alatency\x1a\xfe\x01\n" +
+	"\x05Store\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x0e\n" +
+	"\x02ok\x18\x02 \x01(\bR\x02ok\x12:\n" +
+	"\vfailed_step\x18\x03 \x01(\x0e2\x19.quire.protocol.StoreStepR\n" +
+	"failedStep\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12@\n" +
+	"\x06passed\x18\x05 \x03(\v2(.quire.protocol.StoreHealthResponse.StepR\x06passed\x12#\n" +
+	"\rdefault_store\x18\x06 \x01(\bR\fdefaultStore\x12\x1a\n" +
+	"\bjournals\x18\a \x01(\x05R\bjournals\x1a\xb7\x01\n" +
+	"\x06Broker\x128\n" +
+	"\n" +
+	"process_id\x18\x01 \x01(\v2\x19.quire.protocol.ProcessIDR\tprocessId\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12A\n" +
+	"\x06stores\x18\x04 \x03(\v2).quire.protocol.StoreHealthResponse.StoreR\x06stores*`\n" +
 	"\x05Codec\x12\x15\n" +
 	"\x11CODEC_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2123,14 +2577,25 @@ const file_protocol_proto_rawDesc = "" +
 	"\x11REVISION_MISMATCH\x10\f\x12\x13\n" +
 	"\x0fSHARD_NOT_FOUND\x10\r\x12\x14\n" +
 	"\x10NO_SHARD_PRIMARY\x10\x0e\x12\x15\n" +
-	"\x11NOT_SHARD_PRIMARY\x10\x0f2\xce\x03\n" +
+	"\x11NOT_SHARD_PRIMARY\x10\x0f*z\n" +
+	"\tStoreStep\x12\x1a\n" +
+	"\x16STORE_STEP_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"STORE_OPEN\x10\x01\x12\x0f\n" +
+	"\vSTORE_WRITE\x10\x02\x12\x0e\n" +
+	"\n" +
+	"STORE_READ\x10\x03\x12\x0e\n" +
+	"\n" +
+	"STORE_LIST\x10\x04\x12\x10\n" +
+	"\fSTORE_DELETE\x10\x052\xa6\x04\n" +
 	"\aJournal\x12A\n" +
 	"\x04List\x12\x1b.quire.protocol.ListRequest\x1a\x1c.quire.protocol.ListResponse\x12D\n" +
 	"\x05Apply\x12\x1c.quire.protocol.ApplyRequest\x1a\x1d.quire.protocol.ApplyResponse\x12C\n" +
 	"\x04Read\x12\x1b.quire.protocol.ReadRequest\x1a\x1c.quire.protocol.ReadResponse0\x01\x12I\n" +
 	"\x06Append\x12\x1d.quire.protocol.AppendRequest\x1a\x1e.quire.protocol.AppendResponse(\x01\x12T\n" +
 	"\tReplicate\x12 .quire.protocol.ReplicateRequest\x1a!.quire.protocol.ReplicateResponse(\x010\x01\x12T\n" +
-	"\rListFragments\x12 .quire.protocol.FragmentsRequest\x1a!.quire.protocol.FragmentsResponseB%Z#github.com/quire-dev/quire/protocolb\x06proto3"
+	"\rListFragments\x12 .quire.protocol.FragmentsRequest\x1a!.quire.protocol.FragmentsResponse\x12V\n" +
+	"\vStoreHealth\x12\".quire.protocol.StoreHealthRequest\x1a#.quire.protocol.StoreHealthResponseB%Z#github.com/quire-dev/quire/protocolb\x06proto3"
 
 var (
 	file_protocol_proto_rawDescOnce sync.Once
@@ -2144,98 +2609,116 @@ func file_protocol_proto_rawDescGZIP() []byte {
 	return file_protocol_proto_rawDescData
 }
 
-var file_protocol_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_protocol_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_protocol_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_protocol_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_protocol_proto_goTypes = []any{
-	(Codec)(0),                     // 0: quire.protocol.Codec
-	(Access)(0),                    // 1: quire.protocol.Access
-	(Status)(0),                    // 2: quire.protocol.Status
-	(*Label)(nil),                  // 3: quire.protocol.Label
-	(*JournalSpec)(nil),            // 4: quire.protocol.JournalSpec
-	(*ProcessID)(nil),              // 5: quire.protocol.ProcessID
-	(*Route)(nil),                  // 6: quire.protocol.Route
-	(*Header)(nil),                 // 7: quire.protocol.Header
-	(*Fragment)(nil),               // 8: quire.protocol.Fragment
-	(*AppendRequest)(nil),          // 9: quire.protocol.AppendRequest
-	(*AppendResponse)(nil),         // 10: quire.protocol.AppendResponse
-	(*ReplicateRequest)(nil),       // 11: quire.protocol.ReplicateRequest
-	(*ReplicateResponse)(nil),      // 12: quire.protocol.ReplicateResponse
-	(*ReadRequest)(nil),            // 13: quire.protocol.ReadRequest
-	(*ReadResponse)(nil),           // 14: quire.protocol.ReadResponse
-	(*ListRequest)(nil),            // 15: quire.protocol.ListRequest
-	(*ListResponse)(nil),           // 16: quire.protocol.ListResponse
-	(*ApplyRequest)(nil),           // 17: quire.protocol.ApplyRequest
-	(*ApplyResponse)(nil),          // 18: quire.protocol.ApplyResponse
-	(*FragmentsRequest)(nil),       // 19: quire.protocol.FragmentsRequest
-	(*FragmentsResponse)(nil),      // 20: quire.protocol.FragmentsResponse
-	(*JournalSpec_Fragment)(nil),   // 21: quire.protocol.JournalSpec.Fragment
-	(*ListResponse_Journal)(nil),   // 22: quire.protocol.ListResponse.Journal
-	(*ApplyRequest_Change)(nil),    // 23: quire.protocol.ApplyRequest.Change
-	(*FragmentsResponse_Info)(nil), // 24: quire.protocol.FragmentsResponse.Info
-	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
+	(Codec)(0),                         // 0: quire.protocol.Codec
+	(Access)(0),                        // 1: quire.protocol.Access
+	(Status)(0),                        // 2: quire.protocol.Status
+	(StoreStep)(0),                     // 3: quire.protocol.StoreStep
+	(*Label)(nil),                      // 4: quire.protocol.Label
+	(*JournalSpec)(nil),                // 5: quire.protocol.JournalSpec
+	(*ProcessID)(nil),                  // 6: quire.protocol.ProcessID
+	(*Route)(nil),                      // 7: quire.protocol.Route
+	(*Header)(nil),                     // 8: quire.protocol.Header
+	(*Fragment)(nil),                   // 9: quire.protocol.Fragment
+	(*AppendRequest)(nil),              // 10: quire.protocol.AppendRequest
+	(*AppendResponse)(nil),             // 11: quire.protocol.AppendResponse
+	(*ReplicateRequest)(nil),           // 12: quire.protocol.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 13: quire.protocol.ReplicateResponse
+	(*ReadRequest)(nil),                // 14: quire.protocol.ReadRequest
+	(*ReadResponse)(nil),               // 15: quire.protocol.ReadResponse
+	(*ListRequest)(nil),                // 16: quire.protocol.ListRequest
+	(*ListResponse)(nil),               // 17: quire.protocol.ListResponse
+	(*ApplyRequest)(nil),               // 18: quire.protocol.ApplyRequest
+	(*ApplyResponse)(nil),              // 19: quire.protocol.ApplyResponse
+	(*FragmentsRequest)(nil),           // 20: quire.protocol.FragmentsRequest
+	(*FragmentsResponse)(nil),          // 21: quire.protocol.FragmentsResponse
+	(*StoreHealthRequest)(nil),         // 22: quire.protocol.StoreHealthRequest
+	(*StoreHealthResponse)(nil),        // 23: quire.protocol.StoreHealthResponse
+	(*JournalSpec_Fragment)(nil),       // 24: quire.protocol.JournalSpec.Fragment
+	(*ListResponse_Journal)(nil),       // 25: quire.protocol.ListResponse.Journal
+	(*ApplyRequest_Change)(nil),        // 26: quire.protocol.ApplyRequest.Change
+	(*FragmentsResponse_Info)(nil),     // 27: quire.protocol.FragmentsResponse.Info
+	(*StoreHealthResponse_Step)(nil),   // 28: quire.protocol.StoreHealthResponse.Step
+	(*StoreHealthResponse_Store)(nil),  // 29: quire.protocol.StoreHealthResponse.Store
+	(*StoreHealthResponse_Broker)(nil), // 30: quire.protocol.StoreHealthResponse.Broker
+	(*durationpb.Duration)(nil),        // 31: google.protobuf.Duration
 }
 var file_protocol_proto_depIdxs = []int32{
-	3,  // 0: quire.protocol.JournalSpec.labels:type_name -> quire.protocol.Label
-	21, // 1: quire.protocol.JournalSpec.fragment:type_name -> quire.protocol.JournalSpec.Fragment
+	4,  // 0: quire.protocol.JournalSpec.labels:type_name -> quire.protocol.Label
+	24, // 1: quire.protocol.JournalSpec.fragment:type_name -> quire.protocol.JournalSpec.Fragment
 	1,  // 2: quire.protocol.JournalSpec.access:type_name -> quire.protocol.Access
-	5,  // 3: quire.protocol.Route.members:type_name -> quire.protocol.ProcessID
-	5,  // 4: quire.protocol.Header.process_id:type_name -> quire.protocol.ProcessID
-	6,  // 5: quire.protocol.Header.route:type_name -> quire.protocol.Route
+	6,  // 3: quire.protocol.Route.members:type_name -> quire.protocol.ProcessID
+	6,  // 4: quire.protocol.Header.process_id:type_name -> quire.protocol.ProcessID
+	7,  // 5: quire.protocol.Header.route:type_name -> quire.protocol.Route
 	0,  // 6: quire.protocol.Fragment.codec:type_name -> quire.protocol.Codec
-	7,  // 7: quire.protocol.AppendRequest.header:type_name -> quire.protocol.Header
-	3,  // 8: quire.protocol.AppendRequest.union_registers:type_name -> quire.protocol.Label
-	3,  // 9: quire.protocol.AppendRequest.subtract_registers:type_name -> quire.protocol.Label
+	8,  // 7: quire.protocol.AppendRequest.header:type_name -> quire.protocol.Header
+	4,  // 8: quire.protocol.AppendRequest.union_registers:type_name -> quire.protocol.Label
+	4,  // 9: quire.protocol.AppendRequest.subtract_registers:type_name -> quire.protocol.Label
 	2,  // 10: quire.protocol.AppendResponse.status:type_name -> quire.protocol.Status
-	7,  // 11: quire.protocol.AppendResponse.header:type_name -> quire.protocol.Header
-	8,  // 12: quire.protocol.AppendResponse.commit:type_name -> quire.protocol.Fragment
-	3,  // 13: quire.protocol.AppendResponse.registers:type_name -> quire.protocol.Label
-	7,  // 14: quire.protocol.ReplicateRequest.header:type_name -> quire.protocol.Header
-	8,  // 15: quire.protocol.ReplicateRequest.proposal:type_name -> quire.protocol.Fragment
-	3,  // 16: quire.protocol.ReplicateRequest.registers:type_name -> quire.protocol.Label
+	8,  // 11: quire.protocol.AppendResponse.header:type_name -> quire.protocol.Header
+	9,  // 12: quire.protocol.AppendResponse.commit:type_name -> quire.protocol.Fragment
+	4,  // 13: quire.protocol.AppendResponse.registers:type_name -> quire.protocol.Label
+	8,  // 14: quire.protocol.ReplicateRequest.header:type_name -> quire.protocol.Header
+	9,  // 15: quire.protocol.ReplicateRequest.proposal:type_name -> quire.protocol.Fragment
+	4,  // 16: quire.protocol.ReplicateRequest.registers:type_name -> quire.protocol.Label
 	2,  // 17: quire.protocol.ReplicateResponse.status:type_name -> quire.protocol.Status
-	7,  // 18: quire.protocol.ReplicateResponse.header:type_name -> quire.protocol.Header
-	8,  // 19: quire.protocol.ReplicateResponse.fragment:type_name -> quire.protocol.Fragment
-	3,  // 20: quire.protocol.ReplicateResponse.registers:type_name -> quire.protocol.Label
-	7,  // 21: quire.protocol.ReadRequest.header:type_name -> quire.protocol.Header
+	8,  // 18: quire.protocol.ReplicateResponse.header:type_name -> quire.protocol.Header
+	9,  // 19: quire.protocol.ReplicateResponse.fragment:type_name -> quire.protocol.Fragment
+	4,  // 20: quire.protocol.ReplicateResponse.registers:type_name -> quire.protocol.Label
+	8,  // 21: quire.protocol.ReadRequest.header:type_name -> quire.protocol.Header
 	2,  // 22: quire.protocol.ReadResponse.status:type_name -> quire.protocol.Status
-	7,  // 23: quire.protocol.ReadResponse.header:type_name -> quire.protocol.Header
-	8,  // 24: quire.protocol.ReadResponse.fragment:type_name -> quire.protocol.Fragment
+	8,  // 23: quire.protocol.ReadResponse.header:type_name -> quire.protocol.Header
+	9,  // 24: quire.protocol.ReadResponse.fragment:type_name -> quire.protocol.Fragment
 	2,  // 25: quire.protocol.ListResponse.status:type_name -> quire.protocol.Status
-	7,  // 26: quire.protocol.ListResponse.header:type_name -> quire.protocol.Header
-	22, // 27: quire.protocol.ListResponse.journals:type_name -> quire.protocol.ListResponse.Journal
-	23, // 28: quire.protocol.ApplyRequest.changes:type_name -> quire.protocol.ApplyRequest.Change
+	8,  // 26: quire.protocol.ListResponse.header:type_name -> quire.protocol.Header
+	25, // 27: quire.protocol.ListResponse.journals:type_name -> quire.protocol.ListResponse.Journal
+	26, // 28: quire.protocol.ApplyRequest.changes:type_name -> quire.protocol.ApplyRequest.Change
 	2,  // 29: quire.protocol.ApplyResponse.status:type_name -> quire.protocol.Status
-	7,  // 30: quire.protocol.ApplyResponse.header:type_name -> quire.protocol.Header
-	7,  // 31: quire.protocol.FragmentsRequest.header:type_name -> quire.protocol.Header
-	25, // 32: quire.protocol.FragmentsRequest.signature_ttl:type_name -> google.protobuf.Duration
+	8,  // 30: quire.protocol.ApplyResponse.header:type_name -> quire.protocol.Header
+	8,  // 31: quire.protocol.FragmentsRequest.header:type_name -> quire.protocol.Header
+	31, // 32: quire.protocol.FragmentsRequest.signature_ttl:type_name -> google.protobuf.Duration
 	2,  // 33: quire.protocol.FragmentsResponse.status:type_name -> quire.protocol.Status
-	7,  // 34: quire.protocol.FragmentsResponse.header:type_name -> quire.protocol.Header
-	24, // 35: quire.protocol.FragmentsResponse.fragments:type_name -> quire.protocol.FragmentsResponse.Info
-	0,  // 36: quire.protocol.JournalSpec.Fragment.codec:type_name -> quire.protocol.Codec
-	25, // 37: quire.protocol.JournalSpec.Fragment.refresh_interval:type_name -> google.protobuf.Duration
-	25, // 38: quire.protocol.JournalSpec.Fragment.flush_interval:type_name -> google.protobuf.Duration
-	25, // 39: quire.protocol.JournalSpec.Fragment.retention:type_name -> google.protobuf.Duration
-	4,  // 40: quire.protocol.ListResponse.Journal.spec:type_name -> quire.protocol.JournalSpec
-	6,  // 41: quire.protocol.ListResponse.Journal.route:type_name -> quire.protocol.Route
-	4,  // 42: quire.protocol.ApplyRequest.Change.upsert:type_name -> quire.protocol.JournalSpec
-	8,  // 43: quire.protocol.FragmentsResponse.Info.fragment:type_name -> quire.protocol.Fragment
-	15, // 44: quire.protocol.Journal.List:input_type -> quire.protocol.ListRequest
-	17, // 45: quire.protocol.Journal.Apply:input_type -> quire.protocol.ApplyRequest
-	13, // 46: quire.protocol.Journal.Read:input_type -> quire.protocol.ReadRequest
-	9,  // 47: quire.protocol.Journal.Append:input_type -> quire.protocol.AppendRequest
-	11, // 48: quire.protocol.Journal.Replicate:input_type -> quire.protocol.ReplicateRequest
-	19, // 49: quire.protocol.Journal.ListFragments:input_type -> quire.protocol.FragmentsRequest
-	16, // 50: quire.protocol.Journal.List:output_type -> quire.protocol.ListResponse
-	18, // 51: quire.protocol.Journal.Apply:output_type -> quire.protocol.ApplyResponse
-	14, // 52: quire.protocol.Journal.Read:output_type -> quire.protocol.ReadResponse
-	10, // 53: quire.protocol.Journal.Append:output_type -> quire.protocol.AppendResponse
-	12, // 54: quire.protocol.Journal.Replicate:output_type -> quire.protocol.ReplicateResponse
-	20, // 55: quire.protocol.Journal.ListFragments:output_type -> quire.protocol.FragmentsResponse
-	50, // [50:56] is the sub-list for method output_type
-	44, // [44:50] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	8,  // 34: quire.protocol.FragmentsResponse.header:type_name -> quire.protocol.Header
+	27, // 35: quire.protocol.FragmentsResponse.fragments:type_name -> quire.protocol.FragmentsResponse.Info
+	8,  // 36: quire.protocol.StoreHealthRequest.header:type_name -> quire.protocol.Header
+	2,  // 37: quire.protocol.StoreHealthResponse.status:type_name -> quire.protocol.Status
+	8,  // 38: quire.protocol.StoreHealthResponse.header:type_name -> quire.protocol.Header
+	30, // 39: quire.protocol.StoreHealthResponse.brokers:type_name -> quire.protocol.StoreHealthResponse.Broker
+	0,  // 40: quire.protocol.JournalSpec.Fragment.codec:type_name -> quire.protocol.Codec
+	31, // 41: quire.protocol.JournalSpec.Fragment.refresh_interval:type_name -> google.protobuf.Duration
+	31, // 42: quire.protocol.JournalSpec.Fragment.flush_interval:type_name -> google.protobuf.Duration
+	31, // 43: quire.protocol.JournalSpec.Fragment.retention:type_name -> google.protobuf.Duration
+	5,  // 44: quire.protocol.ListResponse.Journal.spec:type_name -> quire.protocol.JournalSpec
+	7,  // 45: quire.protocol.ListResponse.Journal.route:type_name -> quire.protocol.Route
+	5,  // 46: quire.protocol.ApplyRequest.Change.upsert:type_name -> quire.protocol.JournalSpec
+	9,  // 47: quire.protocol.FragmentsResponse.Info.fragment:type_name -> quire.protocol.Fragment
+	3,  // 48: quire.protocol.StoreHealthResponse.Step.step:type_name -> quire.protocol.StoreStep
+	31, // 49: quire.protocol.StoreHealthResponse.Step.latency:type_name -> google.protobuf.Duration
+	3,  // 50: quire.protocol.StoreHealthResponse.Store.failed_step:type_name -> quire.protocol.StoreStep
+	28, // 51: quire.protocol.StoreHealthResponse.Store.passed:type_name -> quire.protocol.StoreHealthResponse.Step
+	6,  // 52: quire.protocol.StoreHealthResponse.Broker.process_id:type_name -> quire.protocol.ProcessID
+	29, // 53: quire.protocol.StoreHealthResponse.Broker.stores:type_name -> quire.protocol.StoreHealthResponse.Store
+	16, // 54: quire.protocol.Journal.List:input_type -> quire.protocol.ListRequest
+	18, // 55: quire.protocol.Journal.Apply:input_type -> quire.protocol.ApplyRequest
+	14, // 56: quire.protocol.Journal.Read:input_type -> quire.protocol.ReadRequest
+	10, // 57: quire.protocol.Journal.Append:input_type -> quire.protocol.AppendRequest
+	12, // 58: quire.protocol.Journal.Replicate:input_type -> quire.protocol.ReplicateRequest
+	20, // 59: quire.protocol.Journal.ListFragments:input_type -> quire.protocol.FragmentsRequest
+	22, // 60: quire.protocol.Journal.StoreHealth:input_type -> quire.protocol.StoreHealthRequest
+	17, // 61: quire.protocol.Journal.List:output_type -> quire.protocol.ListResponse
+	19, // 62: quire.protocol.Journal.Apply:output_type -> quire.protocol.ApplyResponse
+	15, // 63: quire.protocol.Journal.Read:output_type -> quire.protocol.ReadResponse
+	11, // 64: quire.protocol.Journal.Append:output_type -> quire.protocol.AppendResponse
+	13, // 65: quire.protocol.Journal.Replicate:output_type -> quire.protocol.ReplicateResponse
+	21, // 66: quire.protocol.Journal.ListFragments:output_type -> quire.protocol.FragmentsResponse
+	23, // 67: quire.protocol.Journal.StoreHealth:output_type -> quire.protocol.StoreHealthResponse
+	61, // [61:68] is the sub-list for method output_type
+	54, // [54:61] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_protocol_proto_init() }
@@ -2249,8 +2732,8 @@ func file_protocol_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_proto_rawDesc), len(file_protocol_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   22,
+			NumEnums:      4,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	Journal_Append_FullMethodName        = "/quire.protocol.Journal/Append"
 	Journal_Replicate_FullMethodName     = "/quire.protocol.Journal/Replicate"
 	Journal_ListFragments_FullMethodName = "/quire.protocol.Journal/ListFragments"
+	Journal_StoreHealth_FullMethodName   = "/quire.protocol.Journal/StoreHealth"
 )
 
 // JournalClient is the client API for Journal service.
@@ -43,6 +44,9 @@ type JournalClient interface {
 	Append(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[AppendRequest, AppendResponse], error)
 	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse], error)
 	ListFragments(ctx context.Context, in *FragmentsRequest, opts ...grpc.CallOption) (*FragmentsResponse, error)
+	// StoreHealth checks, on every broker, the fragment stores of the
+	// selected journals and each broker's default store.
+	StoreHealth(ctx context.Context, in *StoreHealthRequest, opts ...grpc.CallOption) (*StoreHealthResponse, error)
 }
 
 type journalClient struct {
@@ -128,6 +132,16 @@ func (c *journalClient) ListFragments(ctx context.Context, in *FragmentsRequest,
 	return out, nil
 }
 
+func (c *journalClient) StoreHealth(ctx context.Context, in *StoreHealthRequest, opts ...grpc.CallOption) (*StoreHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StoreHealthResponse)
+	err := c.cc.Invoke(ctx, Journal_StoreHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JournalServer is the server API for Journal service.
 // All implementations must embed UnimplementedJournalServer
 // for forward compatibility.
@@ -140,6 +154,9 @@ type JournalServer interface {
 	Append(grpc.ClientStreamingServer[AppendRequest, AppendResponse]) error
 	Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error
 	ListFragments(context.Context, *FragmentsRequest) (*FragmentsResponse, error)
+	// StoreHealth checks, on every broker, the fragment stores of the
+	// selected journals and each broker's default store.
+	StoreHealth(context.Context, *StoreHealthRequest) (*StoreHealthResponse, error)
 	mustEmbedUnimplementedJournalServer()
 }
 
@@ -167,6 +184,9 @@ func (UnimplementedJournalServer) Replicate(grpc.BidiStreamingServer[ReplicateRe
 }
 func (UnimplementedJournalServer) ListFragments(context.Context, *FragmentsRequest) (*FragmentsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListFragments not implemented")
+}
+func (UnimplementedJournalServer) StoreHealth(context.Context, *StoreHealthRequest) (*StoreHealthResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method StoreHealth not implemented")
 }
 func (UnimplementedJournalServer) mustEmbedUnimplementedJournalServer() {}
 func (UnimplementedJournalServer) testEmbeddedByValue()                 {}
@@ -268,6 +288,24 @@ func _Journal_ListFragments_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Journal_StoreHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StoreHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServer).StoreHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Journal_StoreHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServer).StoreHealth(ctx, req.(*StoreHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Journal_ServiceDesc is the grpc.ServiceDesc for Journal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -286,6 +324,10 @@ var Journal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListFragments",
 			Handler:    _Journal_ListFragments_Handler,
+		},
+		{
+			MethodName: "StoreHealth",
+			Handler:    _Journal_StoreHealth_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -304,6 +304,43 @@ func (r *ListRequest) Validate() error {
 			return fmt.Errorf("selector: %w", err)
 		}
 	}
+	if r.WaitForRevision < 0 {
+		return fmt.Errorf("waitForRevision: %d is negative", r.WaitForRevision)
+	}
+	return nil
+}
+
+// MaxStoreHealthStores is the most store URLs a StoreHealthRequest names.
+const MaxStoreHealthStores = 100
+
+// Validate checks a StoreHealthRequest: its header, if set, is valid; its
+// selector parses; it names at most MaxStoreHealthStores stores, each a
+// valid store URL, none twice.
+func (r *StoreHealthRequest) Validate() error {
+	if r == nil {
+		return fmt.Errorf("request: missing")
+	}
+	if err := validateOptionalHeader(r.Header); err != nil {
+		return err
+	}
+	if r.Selector != "" {
+		if _, err := labels.ParseSelector(r.Selector); err != nil {
+			return fmt.Errorf("selector: %w", err)
+		}
+	}
+	if len(r.Stores) > MaxStoreHealthStores {
+		return fmt.Errorf("stores: %d URLs, more than %d", len(r.Stores), MaxStoreHealthStores)
+	}
+	seen := make(map[string]bool, len(r.Stores))
+	for i, u := range r.Stores {
+		if err := ValidateStoreURL(u); err != nil {
+			return fmt.Errorf("stores[%d]: %w", i, err)
+		}
+		if seen[u] {
+			return fmt.Errorf("stores[%d]: %q is named twice", i, u)
+		}
+		seen[u] = true
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package protocol
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,22 @@ func TestListRequestValidate(t *testing.T) {
 	checkErr(t, "empty", (&ListRequest{}).Validate(), "")
 	checkErr(t, "prefix", (&ListRequest{Selector: "prefix=examples/, app in (a, b)"}).Validate(), "")
 	checkErr(t, "bad", (&ListRequest{Selector: "app=="}).Validate(), "selector: ")
+	checkErr(t, "wait", (&ListRequest{WaitForRevision: 7}).Validate(), "")
+	checkErr(t, "negative wait", (&ListRequest{WaitForRevision: -1}).Validate(), "waitForRevision: -1 is negative")
+}
+
+func TestStoreHealthRequestValidate(t *testing.T) {
+	checkErr(t, "empty", (&StoreHealthRequest{}).Validate(), "")
+	checkErr(t, "full", (&StoreHealthRequest{Selector: "app=a", Stores: []string{"file:///s/", "s3://bucket/p/"}}).Validate(), "")
+	checkErr(t, "bad selector", (&StoreHealthRequest{Selector: "app=="}).Validate(), "selector: ")
+	checkErr(t, "bad store", (&StoreHealthRequest{Stores: []string{"file:///s/", "ftp://x/"}}).Validate(), "stores[1]: ")
+	checkErr(t, "twice", (&StoreHealthRequest{Stores: []string{"file:///s/", "file:///s/"}}).Validate(), `stores[1]: "file:///s/" is named twice`)
+	checkErr(t, "bad header", (&StoreHealthRequest{Header: &Header{ProcessId: &ProcessID{Zone: "a#b", Suffix: "x"}}}).Validate(), "header.")
+	many := make([]string, MaxStoreHealthStores+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("file:///s%d/", i)
+	}
+	checkErr(t, "too many", (&StoreHealthRequest{Stores: many}).Validate(), "stores: 101 URLs, more than 100")
 }
 
 func TestApplyRequestValidate(t *testing.T) {
@@ -281,7 +298,7 @@ func TestNilRequests(t *testing.T) {
 	for _, v := range []interface{ Validate() error }{
 		(*AppendRequest)(nil), (*ReadRequest)(nil), (*ListRequest)(nil), (*ApplyRequest)(nil),
 		(*FragmentsRequest)(nil), (*ReplicateRequest)(nil), (*Header)(nil), (*Route)(nil),
-		(*ProcessID)(nil), (*Fragment)(nil), (*JournalSpec)(nil),
+		(*ProcessID)(nil), (*Fragment)(nil), (*JournalSpec)(nil), (*StoreHealthRequest)(nil),
 	} {
 		checkErr(t, "nil", v.Validate(), "missing")
 	}

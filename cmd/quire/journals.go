@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,7 +79,7 @@ func newJournalsCommand() *cobra.Command {
 	jf := &journalsFlags{}
 	cmd := &cobra.Command{
 		Use:   "journals",
-		Short: "List, create, change, delete, append to and read journals",
+		Short: "List, create, change, delete, append to and read journals; check their stores",
 		Long: `Commands on the journals of a fleet of brokers, through any broker: --broker,
 else $QUIRE_BROKER, else ` + defaultBroker + ` (the broker of 'quire dev').
 
@@ -102,7 +103,7 @@ Errors are printed on standard error with a non-zero exit; bad input
 	cmd.AddCommand(
 		newJournalsListCommand(jf), newJournalsApplyCommand(jf), newJournalsEditCommand(jf),
 		newJournalsDeleteCommand(jf), newJournalsAppendCommand(jf), newJournalsReadCommand(jf),
-		newJournalsFragmentsCommand(jf), newJournalsResetHeadCommand(jf),
+		newJournalsFragmentsCommand(jf), newJournalsResetHeadCommand(jf), newJournalsStoreHealthCommand(jf),
 	)
 	return cmd
 }
@@ -216,21 +217,38 @@ func checkOutput(output string, allowed ...string) error {
 
 func newJournalsListCommand(jf *journalsFlags) *cobra.Command {
 	var selector, output string
+	var watch bool
 	cmd := &cobra.Command{
-		Use:   "list [-l SELECTOR] [-o table|yaml|json]",
+		Use:   "list [-l SELECTOR] [-o table|yaml|json] [--watch]",
 		Short: "List journals: their replication, route and labels",
 		Long: `List the journals whose labels match the selector (all, without -l).
 
-  table  name, replication, route (brokers as zone/suffix, the primary first), labels
+  table  name, replication, route (brokers as zone#suffix, the primary first), labels
   yaml   a spec file of the journals, which 'apply -f' reads back
-  json   the journals' specs with their etcd revisions and routes`,
-		Args: cobra.NoArgs,
+  json   the journals' specs with their etcd revisions and routes
+
+--watch prints the list, then prints it again each time the selected
+journals, their specs or their routes change, until interrupted (Ctrl-C,
+exit 0). Each list is a block: table, a line "# TIME revision REV" then
+the table and an empty line; yaml, a document ("---", the same comment
+line, the spec file); json, one object a line, {"time", "revision",
+"journals"}. The broker answers each request once its view of etcd has
+passed the last one's revision (a long poll), so nothing is polled; a
+broker that predates this is asked once a second. --timeout bounds the
+first list only.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch {
+				ctx, stop := interruptible(cmd.Context())
+				defer stop()
+				return runListWatch(ctx, cmd.OutOrStdout(), jf, selector, output)
+			}
 			return runList(cmd.Context(), cmd.OutOrStdout(), jf, selector, output)
 		},
 	}
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector, such as app=hello or prefix=examples/")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print the list again each time it changes, until interrupted")
 	return cmd
 }
 
@@ -263,6 +281,112 @@ func runList(ctx context.Context, stdout io.Writer, jf *journalsFlags, selector,
 		return err
 	}
 	_, err = stdout.Write(out)
+	return err
+}
+
+// watchPollInterval is how often --watch asks a broker that answers at
+// once, ignoring ListRequest.wait_for_revision (one that predates it).
+const watchPollInterval = time.Second
+
+// runListWatch prints the list, then again each time it changes, until
+// ctx ends (which is no error).
+func runListWatch(ctx context.Context, stdout io.Writer, jf *journalsFlags, selector, output string) error {
+	if err := checkOutput(output, "table", "yaml", "json"); err != nil {
+		return err
+	}
+	if err := parseSelectorFlag("--selector", selector); err != nil {
+		return err
+	}
+	c, err := jf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var last []byte // What the last list printed held, as watchKey has it.
+	var wait int64  // The revision the next list waits for.
+	for first := true; ; first = false {
+		lctx, cancel := ctx, context.CancelFunc(func() {})
+		if first {
+			lctx, cancel = context.WithTimeout(ctx, jf.timeout)
+		}
+		resp, err := c.List(lctx, &protocol.ListRequest{Selector: selector, WaitForRevision: wait})
+		cancel()
+		if ctx.Err() != nil {
+			return nil // Interrupted.
+		} else if err != nil {
+			return jf.brokerError("listing journals", err)
+		}
+		rev := resp.GetHeader().GetRevision()
+		if key := watchKey(resp.GetJournals()); first || !bytes.Equal(key, last) {
+			last = key
+			if err := printWatched(stdout, resp.GetJournals(), rev, output); err != nil {
+				return err
+			}
+		}
+		if !first && rev < wait {
+			// The broker answered without waiting: poll it.
+			t := time.NewTimer(watchPollInterval)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			}
+		}
+		wait = max(wait, rev+1)
+	}
+}
+
+// watchKey is what --watch compares between lists: the journals' specs,
+// revisions and routes, less the routes' revisions, which move with
+// every change of the fleet.
+func watchKey(js []*protocol.ListResponse_Journal) []byte {
+	var out []byte
+	for _, j := range js {
+		j = proto.CloneOf(j)
+		if j.Route != nil {
+			j.Route.Revision = 0
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(j)
+		if err != nil {
+			b = []byte(err.Error()) // Never: the broker's message marshals.
+		}
+		out = binary.AppendUvarint(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// printWatched prints one list of --watch, as its help says.
+func printWatched(w io.Writer, js []*protocol.ListResponse_Journal, rev int64, output string) error {
+	now := time.Now().UTC().Format(time.RFC3339)
+	var out []byte
+	switch output {
+	case "json":
+		list, err := journalsListOf(js)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(struct {
+			Time     string            `json:"time"`
+			Revision int64             `json:"revision"`
+			Journals []journalListJSON `json:"journals"`
+		}{now, rev, list.Journals})
+		if err != nil {
+			return fmt.Errorf("encoding JSON: %w", err)
+		}
+		out = append(b, '\n')
+	case "yaml":
+		file, err := protocol.FormatSpecFile(specsOf(js))
+		if err != nil {
+			return err
+		}
+		out = append(fmt.Appendf(nil, "---\n# %s revision %d\n", now, rev), file...)
+	default:
+		out = append(fmt.Appendf(nil, "# %s revision %d\n", now, rev), journalsTable(js)...)
+		out = append(out, '\n')
+	}
+	_, err := w.Write(out)
 	return err
 }
 
@@ -329,18 +453,26 @@ type (
 )
 
 func journalsJSON(js []*protocol.ListResponse_Journal) ([]byte, error) {
+	out, err := journalsListOf(js)
+	if err != nil {
+		return nil, err
+	}
+	return formatJSON(out)
+}
+
+func journalsListOf(js []*protocol.ListResponse_Journal) (journalsListJSON, error) {
 	out := journalsListJSON{Journals: []journalListJSON{}}
 	for _, j := range js {
 		spec, err := protocol.SpecJSON(j.GetSpec())
 		if err != nil {
-			return nil, fmt.Errorf("journal %s: %w", j.GetSpec().GetName(), err)
+			return out, fmt.Errorf("journal %s: %w", j.GetSpec().GetName(), err)
 		}
 		rt := j.GetRoute()
 		out.Journals = append(out.Journals, journalListJSON{Spec: spec, CreateRevision: j.GetCreateRevision(),
 			ModRevision: j.GetModRevision(), Route: routeJSON{Members: routeMembers(rt),
 				Endpoints: append([]string{}, rt.GetEndpoints()...), Revision: rt.GetRevision()}})
 	}
-	return formatJSON(out)
+	return out, nil
 }
 
 func orDash(s string) string {

@@ -28,7 +28,8 @@ Start here:
 
 Commands available in this build:
   quire journals         list, apply, edit and delete journals' specs;
-                         append to and read journals; list their fragments
+                         append to and read journals; list their fragments;
+                         check their stores (store-health)
   quire shards           list and change shards; recover and prune their logs
   quire broker serve     run a broker (drains on SIGTERM)
   quire bench            measure append and read throughput of a cluster
