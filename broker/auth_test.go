@@ -235,6 +235,30 @@ func TestApplyChecksOldAndNewLabels(t *testing.T) {
 	}
 }
 
+// A token whose selector matches by label creates journals with those
+// labels: a journal that does not exist yet has no labels to check but
+// those of its new spec. It may not create one outside its selector, nor
+// delete one that does not exist outside it (checked by name alone).
+func TestApplyCreatesUnderALabelSelector(t *testing.T) {
+	f := newAuthFleet(t)
+	jc := conn(t, f.entry, f.key.Token("w", auth.Apply, "app=orders", time.Hour))
+	apply := func(c *protocol.ApplyRequest_Change) error {
+		_, err := jc.Apply(context.Background(), &protocol.ApplyRequest{Changes: []*protocol.ApplyRequest_Change{c}})
+		return err
+	}
+	orders := []*protocol.Label{{Name: "app", Value: "orders"}}
+	if err := apply(&protocol.ApplyRequest_Change{Upsert: &protocol.JournalSpec{Name: "orders/new", Replication: 3, Labels: orders}}); err != nil {
+		t.Fatalf("create orders/new labelled app=orders: %v, want it created", err)
+	}
+	if err := apply(&protocol.ApplyRequest_Change{Upsert: &protocol.JournalSpec{Name: "orders/other", Replication: 3,
+		Labels: []*protocol.Label{{Name: "app", Value: "billing"}}}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("create orders/other labelled app=billing: %v, want PermissionDenied", err)
+	}
+	if err := apply(&protocol.ApplyRequest_Change{Delete: "orders/missing", ExpectModRevision: 1}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("delete the missing orders/missing: %v, want PermissionDenied (its name alone is not app=orders)", err)
+	}
+}
+
 // With authorization on, a journal at replication 3 takes appends through
 // a broker that proxies them to its primary (as the caller), replicates
 // them (with the brokers' own token), and reads them back.

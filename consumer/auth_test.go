@@ -16,6 +16,7 @@ import (
 	"github.com/quire-dev/quire/internal/authtest"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/consumertest"
+	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -204,5 +205,98 @@ func TestEveryShardRPCChecksItsCapability(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Apply checks both the shard as it is and its new spec: a token for
+// shards labelled app=orders can neither take over another app's shard by
+// relabelling it, nor move its own out of its selector by relabelling it.
+// It creates shards with its labels, though: a shard that does not exist
+// yet has only its new spec to check. A delete of a shard that does not
+// exist is checked against the shard's ID alone.
+func TestShardApplyChecksOldAndNewLabels(t *testing.T) {
+	c, key := newAuthCluster(t, counter{})
+	p := c.fleet.Start("c1", "za")
+	labelled := func(id, app string) *consumer.ShardSpec {
+		spec := c.shardSpec(id, 0, id+"-in")
+		spec.Labels = labels.Set{{Name: "app", Value: app}}
+		return spec
+	}
+	c.apply(labelled("counts/mine", "orders"), labelled("counts/theirs", "billing"))
+	c.brokers.Journals(c.journals, 3, "counts/new-in", labelled("counts/new", "orders").RecoveryLog())
+	revs := map[string]int64{}
+	list, err := c.shardClient().List(context.Background(), &protocol.ShardListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Shards {
+		spec, err := consumer.UnmarshalShardSpec(s.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[spec.ID] = s.ModRevision
+	}
+	sc := c.fleet.ClientWith(p, auth.StaticToken(key.Token("w", auth.Apply, "app=orders", time.Hour)))
+	upsert := func(spec *consumer.ShardSpec) error {
+		t.Helper()
+		raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sc.Apply(context.Background(), &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{
+			{Upsert: raw, ExpectModRevision: revs[spec.ID]}}})
+		return err
+	}
+	for _, tc := range []struct {
+		what string
+		call func() error
+		want codes.Code
+	}{
+		{"relabel counts/theirs app=orders", func() error { return upsert(labelled("counts/theirs", "orders")) }, codes.PermissionDenied},
+		{"relabel counts/mine app=billing", func() error { return upsert(labelled("counts/mine", "billing")) }, codes.PermissionDenied},
+		{"delete counts/theirs", func() error {
+			_, err := sc.Apply(context.Background(), &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{
+				{Delete: "counts/theirs", ExpectModRevision: revs["counts/theirs"]}}})
+			return err
+		}, codes.PermissionDenied},
+		{"delete the missing counts/missing", func() error {
+			_, err := sc.Apply(context.Background(), &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{
+				{Delete: "counts/missing", ExpectModRevision: 1}}})
+			return err
+		}, codes.PermissionDenied},
+		{"create counts/other labelled app=billing", func() error { return upsert(labelled("counts/other", "billing")) }, codes.PermissionDenied},
+		// The create under a label selector.
+		{"create counts/new labelled app=orders", func() error { return upsert(labelled("counts/new", "orders")) }, codes.OK},
+	} {
+		if err := tc.call(); status.Code(err) != tc.want {
+			t.Errorf("%s: %v, want %s", tc.what, err, tc.want)
+		}
+	}
+}
+
+// Unassign checks its caller's rights before it says whether the shards
+// exist: a token outside a shard's selector learns nothing of it, not even
+// that it is missing.
+func TestUnassignChecksBeforeSayingNotFound(t *testing.T) {
+	c, key := newAuthCluster(t, counter{})
+	p := c.fleet.Start("c1", "za")
+	c.apply(c.shardSpec("counts/shard-0", 0, "counts/in-0"))
+	unassign := func(token string, shards ...string) (*protocol.UnassignResponse, error) {
+		sc := c.fleet.ClientWith(p, auth.StaticToken(token))
+		return sc.Unassign(context.Background(), &protocol.UnassignRequest{Shards: shards, DryRun: true})
+	}
+	billing := key.Token("billing", auth.Unassign, "prefix=billing/", time.Hour)
+	for _, shards := range [][]string{{"counts/shard-0"}, {"counts/missing"}, {"billing/missing", "counts/missing"}} {
+		if resp, err := unassign(billing, shards...); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("Unassign %v with billing's token: %v %v, want PermissionDenied", shards, resp, err)
+		}
+	}
+	// Within its selector, a missing shard is named.
+	if resp, err := unassign(billing, "billing/missing"); err != nil || resp.Status != protocol.Status_SHARD_NOT_FOUND {
+		t.Errorf("Unassign billing/missing with billing's token: %v %v, want SHARD_NOT_FOUND", resp, err)
+	}
+	counts := key.Token("counts", auth.Unassign, "prefix=counts/", time.Hour)
+	if resp, err := unassign(counts, "counts/shard-0"); err != nil || resp.Status != protocol.Status_OK {
+		t.Errorf("Unassign counts/shard-0 with its token: %v %v, want OK", resp, err)
 	}
 }
