@@ -3,11 +3,15 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/quire-dev/quire/auth"
@@ -28,7 +32,7 @@ const appScope = "prefix in (counts/, recovery/counts/)"
 // consumer processes: the brokers hold their own token, and the
 // application's processes (and the test's publisher) one scoped to
 // appScope.
-func newAuthCluster(t *testing.T, app counter) (*cluster, *authtest.Key) {
+func newAuthCluster(t *testing.T, app consumer.Application) (*cluster, *authtest.Key) {
 	key := authtest.NewKey(t)
 	bc := brokertest.New(t)
 	bc.Auth = key.Authorizer()
@@ -141,6 +145,10 @@ func TestEveryShardRPCChecksItsCapability(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := authtest.NewKey(t)
+	pub, err := os.ReadFile(key.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rpcs := []struct {
 		name string
 		want auth.Capability
@@ -183,8 +191,12 @@ func TestEveryShardRPCChecksItsCapability(t *testing.T) {
 			{"lacking the capability", key.Token("w", authtest.All&^rpc.want, "prefix=counts/", time.Hour), codes.PermissionDenied},
 			{"outside the selector", key.Token("w", rpc.want, "prefix=billing/", time.Hour), codes.PermissionDenied},
 			{"expired", key.Token("w", rpc.want, "prefix=counts/", -time.Hour), codes.Unauthenticated},
+			{"not yet valid", key.NotYetValid("w", rpc.want, "prefix=counts/"), codes.Unauthenticated},
 			{"unknown key", other.Token("w", rpc.want, "prefix=counts/", time.Hour), codes.Unauthenticated},
 			{"tampered", parts[0] + "." + wider[1] + "." + parts[2], codes.Unauthenticated},
+			{"alg none", authtest.Forged(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType), codes.Unauthenticated},
+			{"HMAC where only Ed25519 is trusted", authtest.Forged(t, jwt.SigningMethodHS256, authtest.HMACSecret(t)), codes.Unauthenticated},
+			{"HMAC keyed by the public key", authtest.Forged(t, jwt.SigningMethodHS256, pub), codes.Unauthenticated},
 			{"no token", "", codes.Unauthenticated},
 		} {
 			t.Run(rpc.name+"/"+tc.name, func(t *testing.T) {
@@ -298,5 +310,81 @@ func TestUnassignChecksBeforeSayingNotFound(t *testing.T) {
 	counts := key.Token("counts", auth.Unassign, "prefix=counts/", time.Hour)
 	if resp, err := unassign(counts, "counts/shard-0"); err != nil || resp.Status != protocol.Status_OK {
 		t.Errorf("Unassign counts/shard-0 with its token: %v %v, want OK", resp, err)
+	}
+}
+
+// guardedCounter is the counter with an RPC of its own, Check, that an
+// application's capability bit guards: Check of a shard needs appBit over
+// it.
+type guardedCounter struct{ counter }
+
+var appBit = auth.ApplicationBit(17)
+
+const checkMethod = "/quiretest.Guarded/Check"
+
+// guardedDesc serves Check by hand, without generated code: it takes a
+// ShardStatRequest naming the shard and answers an empty ShardStatResponse.
+var guardedDesc = grpc.ServiceDesc{
+	ServiceName: "quiretest.Guarded",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{MethodName: "Check", Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		req := new(protocol.ShardStatRequest)
+		if err := dec(req); err != nil {
+			return nil, err
+		}
+		check := func(ctx context.Context, req any) (any, error) {
+			if err := srv.(*consumer.Server).Require(ctx, appBit, req.(*protocol.ShardStatRequest).Shard); err != nil {
+				return nil, err
+			}
+			return &protocol.ShardStatResponse{Status: protocol.Status_OK}, nil
+		}
+		if ic == nil {
+			return check(ctx, req)
+		}
+		return ic(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: checkMethod}, check)
+	}}},
+}
+
+func (guardedCounter) Register(gs *grpc.Server, srv *consumer.Server) {
+	gs.RegisterService(&guardedDesc, srv)
+}
+
+// An application's own RPC checks its own capability bit with
+// consumer.Server.Require: granted by a token naming it (APP17) over the
+// shard, and by no other bit, Quire's or the application's.
+func TestApplicationBitGuardsAnApplicationsRPC(t *testing.T) {
+	c, key := newAuthCluster(t, guardedCounter{})
+	p := c.fleet.Start("c1", "za")
+	c.apply(c.shardSpec("counts/shard-0", 0, "counts/in-0"))
+	app17, err := auth.ParseCapability("APP17")
+	if err != nil || app17 != appBit {
+		t.Fatalf(`ParseCapability("APP17") = %v, %v; want ApplicationBit(17)`, app17, err)
+	}
+	for _, tc := range []struct {
+		name, token string
+		want        codes.Code
+	}{
+		{"APP17", key.Token("w", app17, "prefix=counts/", time.Hour), codes.OK},
+		{"APP17 among others", key.Token("w", auth.Stat|auth.ApplicationBit(16)|app17, "prefix=counts/", time.Hour), codes.OK},
+		{"APP16", key.Token("w", auth.ApplicationBit(16), "prefix=counts/", time.Hour), codes.PermissionDenied},
+		{"every capability of Quire's", key.Token("w", authtest.All, "prefix=counts/", time.Hour), codes.PermissionDenied},
+		{"APP17 outside the selector", key.Token("w", app17, "prefix=billing/", time.Hour), codes.PermissionDenied},
+		{"no token", "", codes.Unauthenticated},
+	} {
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if tc.token != "" {
+			opts = append(opts, auth.DialOptions(auth.StaticToken(tc.token))...)
+		}
+		cc, err := grpc.NewClient(p.Endpoint, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = cc.Invoke(ctx, checkMethod, &protocol.ShardStatRequest{Shard: "counts/shard-0"}, new(protocol.ShardStatResponse))
+		cancel()
+		cc.Close()
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%s: Check: %v, want %s", tc.name, err, tc.want)
+		}
 	}
 }
