@@ -25,9 +25,16 @@ const maxCached = 4096
 type Keys struct {
 	files []*watched[[]key]
 
+	// mu orders key changes and the cache: a change is read, the keys
+	// rebuilt and the cache cleared in one critical section, and a token
+	// is cached only under the generation of the keys that verified it.
+	// Without it, a Verify that read the keys before a rotation could
+	// cache a token of a removed key after another cleared the cache,
+	// leaving it accepted until the next change.
 	mu       sync.Mutex
-	keys     []key              // of every file, as last read.
-	verified map[string]*Claims // tokens whose signatures checked out with keys.
+	keys     []key              // of every file, as last read; replaced, never changed in place.
+	gen      uint64             // counts the changes of keys.
+	verified map[string]*Claims // tokens whose signatures checked out with the keys of gen.
 }
 
 // LoadKeys reads the keys of the files at paths. Each must hold a key (see
@@ -47,47 +54,54 @@ func LoadKeys(paths ...string) (*Keys, error) {
 	return k, nil
 }
 
-// current returns the keys of every file and, if any file changed, drops
-// the tokens verified before.
-func (k *Keys) current() []key {
-	changed := false
-	for _, w := range k.files {
-		_, c := w.get()
+// currentLocked returns the keys of every file and their generation and,
+// if any file changed, starts a new generation, dropping the tokens
+// verified before. k.mu must be held.
+func (k *Keys) currentLocked() ([]key, uint64) {
+	changed := k.keys == nil
+	values := make([][]key, len(k.files))
+	for i, w := range k.files {
+		var c bool
+		values[i], c = w.get()
 		changed = changed || c
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if changed || k.keys == nil {
-		k.keys = k.keys[:0:0]
-		for _, w := range k.files {
-			ks, _ := w.get()
-			k.keys = append(k.keys, ks...)
+	if changed {
+		var keys []key
+		for _, ks := range values {
+			keys = append(keys, ks...)
 		}
+		k.keys = keys
+		k.gen++
 		clear(k.verified)
 	}
-	return k.keys
+	return k.keys, k.gen
 }
 
 // Verify checks token's signature against the keys and its times against
 // the clock, and returns its claims. Its errors say what was wrong with
 // the token without quoting it.
 func (k *Keys) Verify(token string) (*Claims, error) {
-	keys := k.current()
 	k.mu.Lock()
+	keys, gen := k.currentLocked()
 	c, ok := k.verified[token]
 	k.mu.Unlock()
 	if ok {
 		return c, checkTimes(c)
 	}
+	// The signature is checked outside the lock, so that verifications
+	// run in parallel; its result is cached only if the keys have not
+	// changed meanwhile.
 	c, err := parse(token, keys)
 	if err != nil {
 		return nil, err
 	}
 	k.mu.Lock()
-	if len(k.verified) >= maxCached {
-		clear(k.verified)
+	if k.gen == gen {
+		if len(k.verified) >= maxCached {
+			clear(k.verified)
+		}
+		k.verified[token] = c
 	}
-	k.verified[token] = c
 	k.mu.Unlock()
 	return c, nil
 }

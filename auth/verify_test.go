@@ -5,9 +5,12 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,5 +276,102 @@ func TestTokenFileFollowsTheFile(t *testing.T) {
 	write("")
 	if _, err := TokenFile(path); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Fatalf("TokenFile of an empty file: %v, want it refused", err)
+	}
+}
+
+// Once any Verify has seen a rotation remove a key, no Verify that starts
+// after it accepts that key's tokens, whichever goroutine makes it: a
+// goroutine that read the keys before the change must not cache a token
+// of the removed key where the others find it, accepted until the next
+// change.
+func TestVerifyRotationIsSeenByEveryGoroutine(t *testing.T) {
+	setRecheck(t, 0)
+	dir := t.TempDir()
+	var pubs [2][]byte
+	var signers [2]SigningKey
+	for i, kf := range []keyFiles{newKeyFiles(t, dir, "a"), newKeyFiles(t, dir, "b")} {
+		var err error
+		if pubs[i], err = os.ReadFile(kf.pub); err != nil {
+			t.Fatal(err)
+		}
+		signers[i] = signer(t, kf.priv)
+	}
+	trust := filepath.Join(dir, "trusted.pub")
+	if err := os.WriteFile(trust, pubs[0], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := LoadKeys(trust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each goroutine verifies tokens not seen before (a new subject each),
+	// so that each Verify checks a signature with the keys it read rather
+	// than finding the token cached.
+	var minted atomic.Int64
+	fresh := func(s SigningKey) (string, error) {
+		c := claims(Read, "", time.Hour)
+		c.Subject = fmt.Sprintf("s%d", minted.Add(1))
+		return s.Mint(c)
+	}
+	const goroutines, rounds, after = 8, 100, 20
+	for round := range rounds {
+		// Each round trusts the other key only, so the key trusted
+		// before is removed: its tokens must be refused from the moment
+		// one Verify refuses them.
+		removed := signers[round%2]
+		var seen atomic.Bool
+		var late, failed atomic.Int64
+		accepted := make([][]string, goroutines) // per goroutine, the tokens it saw accepted.
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; n < after; {
+					tok, err := fresh(removed)
+					if err != nil {
+						failed.Add(1)
+						return
+					}
+					wasSeen := seen.Load()
+					if _, err := keys.Verify(tok); err == nil {
+						accepted[g] = append(accepted[g], tok)
+						if wasSeen {
+							late.Add(1)
+						}
+					}
+					if wasSeen {
+						n++
+					}
+				}
+			}()
+		}
+		if err := os.WriteFile(trust, pubs[(round+1)%2], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		probe, err := fresh(removed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err := keys.Verify(probe); err != nil {
+				break
+			}
+		}
+		seen.Store(true)
+		wg.Wait()
+		if n := failed.Load(); n != 0 {
+			t.Fatalf("round %d: %d goroutines failed to mint a token", round, n)
+		}
+		if n := late.Load(); n != 0 {
+			t.Fatalf("round %d: %d Verify calls accepted a removed key's token after the rotation was seen", round, n)
+		}
+		for _, toks := range accepted {
+			for _, tok := range toks {
+				if _, err := keys.Verify(tok); err == nil {
+					t.Fatalf("round %d: a removed key's token, verified during the rotation, is still accepted after it", round)
+				}
+			}
+		}
 	}
 }

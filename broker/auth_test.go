@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,6 +22,7 @@ import (
 	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/internal/authtest"
 	"github.com/quire-dev/quire/internal/brokertest"
+	"github.com/quire-dev/quire/internal/logtest"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -177,10 +181,12 @@ func TestEveryRPCChecksItsCapability(t *testing.T) {
 			{"lacking the capability", f.key.Token("w", authtest.All&^rpc.want, "app=orders", time.Hour), codes.PermissionDenied},
 			{"outside the selector", f.key.Token("w", rpc.want, "app=billing", time.Hour), codes.PermissionDenied},
 			{"expired", f.key.Token("w", rpc.want, "app=orders", -time.Hour), codes.Unauthenticated},
+			{"not yet valid", f.key.NotYetValid("w", rpc.want, "app=orders"), codes.Unauthenticated},
 			{"unknown key", other.Token("w", rpc.want, "app=orders", time.Hour), codes.Unauthenticated},
 			{"tampered", parts[0] + "." + wider[1] + "." + parts[2], codes.Unauthenticated},
-			{"alg none", unsigned(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType), codes.Unauthenticated},
-			{"HMAC keyed by the public key", unsigned(t, jwt.SigningMethodHS256, pub), codes.Unauthenticated},
+			{"alg none", authtest.Forged(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType), codes.Unauthenticated},
+			{"HMAC where only Ed25519 is trusted", authtest.Forged(t, jwt.SigningMethodHS256, authtest.HMACSecret(t)), codes.Unauthenticated},
+			{"HMAC keyed by the public key", authtest.Forged(t, jwt.SigningMethodHS256, pub), codes.Unauthenticated},
 			{"no token", "", codes.Unauthenticated},
 		}
 		for _, tc := range cases {
@@ -201,18 +207,6 @@ func TestEveryRPCChecksItsCapability(t *testing.T) {
 			})
 		}
 	}
-}
-
-// unsigned returns a token granting everything, signed by method with key:
-// a forgery no trusting server may accept.
-func unsigned(t *testing.T, method jwt.SigningMethod, key any) string {
-	t.Helper()
-	s, err := jwt.NewWithClaims(method, jwt.MapClaims{"sub": "forger", "cap": authtest.All.Names(),
-		"exp": time.Now().Add(time.Hour).Unix()}).SignedString(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // A List answers only what the token may list, and says nothing of the
@@ -272,6 +266,30 @@ func TestApplyChecksOldAndNewLabels(t *testing.T) {
 	_, err := jc.Apply(context.Background(), &protocol.ApplyRequest{Changes: []*protocol.ApplyRequest_Change{{Delete: "billing/b", ExpectModRevision: 1}}})
 	if status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Apply deleting billing/b: %v, want PermissionDenied", err)
+	}
+}
+
+// A token whose selector matches by label creates journals with those
+// labels: a journal that does not exist yet has no labels to check but
+// those of its new spec. It may not create one outside its selector, nor
+// delete one that does not exist outside it (checked by name alone).
+func TestApplyCreatesUnderALabelSelector(t *testing.T) {
+	f := newAuthFleet(t)
+	jc := conn(t, f.entry, f.key.Token("w", auth.Apply, "app=orders", time.Hour))
+	apply := func(c *protocol.ApplyRequest_Change) error {
+		_, err := jc.Apply(context.Background(), &protocol.ApplyRequest{Changes: []*protocol.ApplyRequest_Change{c}})
+		return err
+	}
+	orders := []*protocol.Label{{Name: "app", Value: "orders"}}
+	if err := apply(&protocol.ApplyRequest_Change{Upsert: &protocol.JournalSpec{Name: "orders/new", Replication: 3, Labels: orders}}); err != nil {
+		t.Fatalf("create orders/new labelled app=orders: %v, want it created", err)
+	}
+	if err := apply(&protocol.ApplyRequest_Change{Upsert: &protocol.JournalSpec{Name: "orders/other", Replication: 3,
+		Labels: []*protocol.Label{{Name: "app", Value: "billing"}}}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("create orders/other labelled app=billing: %v, want PermissionDenied", err)
+	}
+	if err := apply(&protocol.ApplyRequest_Change{Delete: "orders/missing", ExpectModRevision: 1}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("delete the missing orders/missing: %v, want PermissionDenied (its name alone is not app=orders)", err)
 	}
 }
 
@@ -406,4 +424,118 @@ func rpcNamed(t *testing.T, name string) journalRPC {
 	}
 	t.Fatalf("no RPC %s", name)
 	return rpcs[0]
+}
+
+// captureLog makes the default logger, which auth's audit trail writes
+// to, write into a log the test reads, until the test ends.
+func captureLog(t *testing.T) *logtest.Log {
+	log := new(logtest.Log)
+	prev := slog.Default()
+	slog.SetDefault(log.Logger(slog.LevelInfo))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return log
+}
+
+// counter reads the counter name{labels} of the default registry, 0 if it
+// has no such series yet.
+func counter(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if maps.Equal(got, labels) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// Every refused request is logged with what the audit needs (who, what
+// capability, on what) and counted by capability and reason, once, and
+// neither the log nor the metric carries the token.
+func TestDeniedRequestsAreAuditedAndCounted(t *testing.T) {
+	f := newAuthFleet(t)
+	log := captureLog(t)
+	appendRPC := rpcNamed(t, "Append")
+	outside := f.key.Token("billing-writer", auth.Append, "app=billing", time.Hour)
+	lacking := f.key.Token("orders-reader", auth.Read, "app=orders", time.Hour)
+	expired := f.key.Token("orders-writer", auth.Append, "app=orders", -time.Hour)
+	for _, tc := range []struct {
+		name, token string
+		code        codes.Code
+		counted     map[string]string // the labels of quire_auth_denied_total it counts in.
+		logged      logtest.Record    // what its record holds.
+	}{
+		{"outside the selector", outside, codes.PermissionDenied, map[string]string{"capability": "APPEND", "reason": "selector"},
+			logtest.Record{"msg": "auth: request denied", "subject": "billing-writer", "capability": "APPEND", "kind": "journal", "name": "orders/a", "reason": "selector"}},
+		{"lacking the capability", lacking, codes.PermissionDenied, map[string]string{"capability": "APPEND", "reason": "capability"},
+			logtest.Record{"msg": "auth: request denied", "subject": "orders-reader", "capability": "APPEND", "kind": "journal", "name": "orders/a", "reason": "capability"}},
+		{"expired", expired, codes.Unauthenticated, map[string]string{"capability": "", "reason": "invalid"},
+			logtest.Record{"msg": "auth: request refused", "method": protocol.Journal_Append_FullMethodName, "reason": "invalid"}},
+		{"no token", "", codes.Unauthenticated, map[string]string{"capability": "", "reason": "missing"},
+			logtest.Record{"msg": "auth: request refused", "method": protocol.Journal_Append_FullMethodName, "reason": "missing"}},
+	} {
+		before := counter(t, "quire_auth_denied_total", tc.counted)
+		logged := len(log.Records(t, tc.logged))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := appendRPC.call(ctx, conn(t, f.entry, tc.token))
+		cancel()
+		if status.Code(err) != tc.code {
+			t.Errorf("%s: Append: %v, want %s", tc.name, err, tc.code)
+		}
+		if d := counter(t, "quire_auth_denied_total", tc.counted) - before; d != 1 {
+			t.Errorf("%s: quire_auth_denied_total%v rose by %v, want 1", tc.name, tc.counted, d)
+		}
+		if n := len(log.Records(t, tc.logged)) - logged; n != 1 {
+			t.Errorf("%s: %d records %v logged, want 1; the log:\n%s", tc.name, n, tc.logged, log)
+		}
+	}
+	for _, tok := range []string{outside, lacking, expired} {
+		if strings.Contains(log.String(), tok) || strings.Contains(log.String(), strings.Split(tok, ".")[2]) {
+			t.Fatalf("the log quotes a token:\n%s", log)
+		}
+	}
+}
+
+// Rollout mode counts each request it accepts without a token by method,
+// and logs the method, so that operators find the clients still to be
+// given tokens.
+func TestRolloutCountsAndLogsOpenRequests(t *testing.T) {
+	key := authtest.NewKey(t)
+	authz, err := auth.New(auth.Config{Keys: []string{key.Public}, Rollout: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startWith(t, authz, key)
+	log := captureLog(t)
+	method := map[string]string{"method": protocol.Journal_Read_FullMethodName}
+	before := counter(t, "quire_auth_rollout_accepted_total", method)
+	read := rpcNamed(t, "Read")
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := read.call(ctx, conn(t, b, ""))
+		cancel()
+		if err != nil {
+			t.Fatalf("Read without a token in rollout mode: %v", err)
+		}
+	}
+	if d := counter(t, "quire_auth_rollout_accepted_total", method) - before; d != 3 {
+		t.Errorf("quire_auth_rollout_accepted_total%v rose by %v, want 3", method, d)
+	}
+	// Logged once a minute per method at most: once here.
+	if n := len(log.Records(t, logtest.Record{"msg": "auth: rollout mode accepted a request without a token",
+		"method": protocol.Journal_Read_FullMethodName})); n != 1 {
+		t.Errorf("%d records of the accepted reads, want 1; the log:\n%s", n, log)
+	}
 }

@@ -156,6 +156,14 @@ func (s *Server) applyWarnings(req *protocol.ApplyRequest) []string {
 // requireApply checks that the request may apply each of its changes: to
 // the journal as it is, and to its new spec, so that no one moves a
 // journal into or out of a selector that bounds them.
+//
+// A create (expected mod revision 0) of a journal that does not exist has
+// no "as it is" to check: its new spec is all there is, and the
+// transaction fails if the journal appears meanwhile. Checking its name
+// alone instead would refuse every token whose selector matches by label.
+// Any other change of a journal this broker does not know (a delete, an
+// update at a revision its view has not reached) keeps the name-only
+// check, so that it learns nothing of journals outside its selector.
 func (s *Server) requireApply(ctx context.Context, req *protocol.ApplyRequest) error {
 	if s.cfg.Auth == nil {
 		return nil
@@ -169,6 +177,9 @@ func (s *Server) requireApply(ctx context.Context, req *protocol.ApplyRequest) e
 			}
 		}
 		current, _, _ := s.resolve(ctx, name, 0)
+		if current == nil && c.Upsert != nil && c.ExpectModRevision == 0 {
+			continue
+		}
 		if err := s.require(ctx, auth.Apply, name, current); err != nil {
 			return err
 		}

@@ -3,11 +3,15 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/quire-dev/quire/auth"
@@ -16,6 +20,7 @@ import (
 	"github.com/quire-dev/quire/internal/authtest"
 	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/consumertest"
+	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -27,7 +32,7 @@ const appScope = "prefix in (counts/, recovery/counts/)"
 // consumer processes: the brokers hold their own token, and the
 // application's processes (and the test's publisher) one scoped to
 // appScope.
-func newAuthCluster(t *testing.T, app counter) (*cluster, *authtest.Key) {
+func newAuthCluster(t *testing.T, app consumer.Application) (*cluster, *authtest.Key) {
 	key := authtest.NewKey(t)
 	bc := brokertest.New(t)
 	bc.Auth = key.Authorizer()
@@ -140,6 +145,10 @@ func TestEveryShardRPCChecksItsCapability(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := authtest.NewKey(t)
+	pub, err := os.ReadFile(key.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rpcs := []struct {
 		name string
 		want auth.Capability
@@ -182,8 +191,12 @@ func TestEveryShardRPCChecksItsCapability(t *testing.T) {
 			{"lacking the capability", key.Token("w", authtest.All&^rpc.want, "prefix=counts/", time.Hour), codes.PermissionDenied},
 			{"outside the selector", key.Token("w", rpc.want, "prefix=billing/", time.Hour), codes.PermissionDenied},
 			{"expired", key.Token("w", rpc.want, "prefix=counts/", -time.Hour), codes.Unauthenticated},
+			{"not yet valid", key.NotYetValid("w", rpc.want, "prefix=counts/"), codes.Unauthenticated},
 			{"unknown key", other.Token("w", rpc.want, "prefix=counts/", time.Hour), codes.Unauthenticated},
 			{"tampered", parts[0] + "." + wider[1] + "." + parts[2], codes.Unauthenticated},
+			{"alg none", authtest.Forged(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType), codes.Unauthenticated},
+			{"HMAC where only Ed25519 is trusted", authtest.Forged(t, jwt.SigningMethodHS256, authtest.HMACSecret(t)), codes.Unauthenticated},
+			{"HMAC keyed by the public key", authtest.Forged(t, jwt.SigningMethodHS256, pub), codes.Unauthenticated},
 			{"no token", "", codes.Unauthenticated},
 		} {
 			t.Run(rpc.name+"/"+tc.name, func(t *testing.T) {
@@ -203,6 +216,175 @@ func TestEveryShardRPCChecksItsCapability(t *testing.T) {
 					t.Fatalf("error %v, want %s", err, tc.want)
 				}
 			})
+		}
+	}
+}
+
+// Apply checks both the shard as it is and its new spec: a token for
+// shards labelled app=orders can neither take over another app's shard by
+// relabelling it, nor move its own out of its selector by relabelling it.
+// It creates shards with its labels, though: a shard that does not exist
+// yet has only its new spec to check. A delete of a shard that does not
+// exist is checked against the shard's ID alone.
+func TestShardApplyChecksOldAndNewLabels(t *testing.T) {
+	c, key := newAuthCluster(t, counter{})
+	p := c.fleet.Start("c1", "za")
+	labelled := func(id, app string) *consumer.ShardSpec {
+		spec := c.shardSpec(id, 0, id+"-in")
+		spec.Labels = labels.Set{{Name: "app", Value: app}}
+		return spec
+	}
+	c.apply(labelled("counts/mine", "orders"), labelled("counts/theirs", "billing"))
+	c.brokers.Journals(c.journals, 3, "counts/new-in", labelled("counts/new", "orders").RecoveryLog())
+	revs := map[string]int64{}
+	list, err := c.shardClient().List(context.Background(), &protocol.ShardListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Shards {
+		spec, err := consumer.UnmarshalShardSpec(s.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[spec.ID] = s.ModRevision
+	}
+	sc := c.fleet.ClientWith(p, auth.StaticToken(key.Token("w", auth.Apply, "app=orders", time.Hour)))
+	upsert := func(spec *consumer.ShardSpec) error {
+		t.Helper()
+		raw, err := consumer.MarshalShardSpec(spec.WithDefaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sc.Apply(context.Background(), &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{
+			{Upsert: raw, ExpectModRevision: revs[spec.ID]}}})
+		return err
+	}
+	for _, tc := range []struct {
+		what string
+		call func() error
+		want codes.Code
+	}{
+		{"relabel counts/theirs app=orders", func() error { return upsert(labelled("counts/theirs", "orders")) }, codes.PermissionDenied},
+		{"relabel counts/mine app=billing", func() error { return upsert(labelled("counts/mine", "billing")) }, codes.PermissionDenied},
+		{"delete counts/theirs", func() error {
+			_, err := sc.Apply(context.Background(), &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{
+				{Delete: "counts/theirs", ExpectModRevision: revs["counts/theirs"]}}})
+			return err
+		}, codes.PermissionDenied},
+		{"delete the missing counts/missing", func() error {
+			_, err := sc.Apply(context.Background(), &protocol.ShardApplyRequest{Changes: []*protocol.ShardApplyRequest_Change{
+				{Delete: "counts/missing", ExpectModRevision: 1}}})
+			return err
+		}, codes.PermissionDenied},
+		{"create counts/other labelled app=billing", func() error { return upsert(labelled("counts/other", "billing")) }, codes.PermissionDenied},
+		// The create under a label selector.
+		{"create counts/new labelled app=orders", func() error { return upsert(labelled("counts/new", "orders")) }, codes.OK},
+	} {
+		if err := tc.call(); status.Code(err) != tc.want {
+			t.Errorf("%s: %v, want %s", tc.what, err, tc.want)
+		}
+	}
+}
+
+// Unassign checks its caller's rights before it says whether the shards
+// exist: a token outside a shard's selector learns nothing of it, not even
+// that it is missing.
+func TestUnassignChecksBeforeSayingNotFound(t *testing.T) {
+	c, key := newAuthCluster(t, counter{})
+	p := c.fleet.Start("c1", "za")
+	c.apply(c.shardSpec("counts/shard-0", 0, "counts/in-0"))
+	unassign := func(token string, shards ...string) (*protocol.UnassignResponse, error) {
+		sc := c.fleet.ClientWith(p, auth.StaticToken(token))
+		return sc.Unassign(context.Background(), &protocol.UnassignRequest{Shards: shards, DryRun: true})
+	}
+	billing := key.Token("billing", auth.Unassign, "prefix=billing/", time.Hour)
+	for _, shards := range [][]string{{"counts/shard-0"}, {"counts/missing"}, {"billing/missing", "counts/missing"}} {
+		if resp, err := unassign(billing, shards...); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("Unassign %v with billing's token: %v %v, want PermissionDenied", shards, resp, err)
+		}
+	}
+	// Within its selector, a missing shard is named.
+	if resp, err := unassign(billing, "billing/missing"); err != nil || resp.Status != protocol.Status_SHARD_NOT_FOUND {
+		t.Errorf("Unassign billing/missing with billing's token: %v %v, want SHARD_NOT_FOUND", resp, err)
+	}
+	counts := key.Token("counts", auth.Unassign, "prefix=counts/", time.Hour)
+	if resp, err := unassign(counts, "counts/shard-0"); err != nil || resp.Status != protocol.Status_OK {
+		t.Errorf("Unassign counts/shard-0 with its token: %v %v, want OK", resp, err)
+	}
+}
+
+// guardedCounter is the counter with an RPC of its own, Check, that an
+// application's capability bit guards: Check of a shard needs appBit over
+// it.
+type guardedCounter struct{ counter }
+
+var appBit = auth.ApplicationBit(17)
+
+const checkMethod = "/quiretest.Guarded/Check"
+
+// guardedDesc serves Check by hand, without generated code: it takes a
+// ShardStatRequest naming the shard and answers an empty ShardStatResponse.
+var guardedDesc = grpc.ServiceDesc{
+	ServiceName: "quiretest.Guarded",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{MethodName: "Check", Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		req := new(protocol.ShardStatRequest)
+		if err := dec(req); err != nil {
+			return nil, err
+		}
+		check := func(ctx context.Context, req any) (any, error) {
+			if err := srv.(*consumer.Server).Require(ctx, appBit, req.(*protocol.ShardStatRequest).Shard); err != nil {
+				return nil, err
+			}
+			return &protocol.ShardStatResponse{Status: protocol.Status_OK}, nil
+		}
+		if ic == nil {
+			return check(ctx, req)
+		}
+		return ic(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: checkMethod}, check)
+	}}},
+}
+
+func (guardedCounter) Register(gs *grpc.Server, srv *consumer.Server) {
+	gs.RegisterService(&guardedDesc, srv)
+}
+
+// An application's own RPC checks its own capability bit with
+// consumer.Server.Require: granted by a token naming it (APP17) over the
+// shard, and by no other bit, Quire's or the application's.
+func TestApplicationBitGuardsAnApplicationsRPC(t *testing.T) {
+	c, key := newAuthCluster(t, guardedCounter{})
+	p := c.fleet.Start("c1", "za")
+	c.apply(c.shardSpec("counts/shard-0", 0, "counts/in-0"))
+	app17, err := auth.ParseCapability("APP17")
+	if err != nil || app17 != appBit {
+		t.Fatalf(`ParseCapability("APP17") = %v, %v; want ApplicationBit(17)`, app17, err)
+	}
+	for _, tc := range []struct {
+		name, token string
+		want        codes.Code
+	}{
+		{"APP17", key.Token("w", app17, "prefix=counts/", time.Hour), codes.OK},
+		{"APP17 among others", key.Token("w", auth.Stat|auth.ApplicationBit(16)|app17, "prefix=counts/", time.Hour), codes.OK},
+		{"APP16", key.Token("w", auth.ApplicationBit(16), "prefix=counts/", time.Hour), codes.PermissionDenied},
+		{"every capability of Quire's", key.Token("w", authtest.All, "prefix=counts/", time.Hour), codes.PermissionDenied},
+		{"APP17 outside the selector", key.Token("w", app17, "prefix=billing/", time.Hour), codes.PermissionDenied},
+		{"no token", "", codes.Unauthenticated},
+	} {
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if tc.token != "" {
+			opts = append(opts, auth.DialOptions(auth.StaticToken(tc.token))...)
+		}
+		cc, err := grpc.NewClient(p.Endpoint, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = cc.Invoke(ctx, checkMethod, &protocol.ShardStatRequest{Shard: "counts/shard-0"}, new(protocol.ShardStatResponse))
+		cancel()
+		cc.Close()
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%s: Check: %v, want %s", tc.name, err, tc.want)
 		}
 	}
 }

@@ -367,6 +367,22 @@ func (s *Server) Unassign(ctx context.Context, req *protocol.UnassignRequest) (*
 		return nil, err
 	}
 	state, _ := s.resolver.snapshot()
+	// The caller's rights come first, checked by ID alone for a shard that
+	// does not exist: answering SHARD_NOT_FOUND before would tell a token
+	// outside a shard's selector whether it exists.
+	if len(req.Shards) != 0 {
+		for _, id := range req.Shards {
+			if err := s.Require(ctx, auth.Unassign, id); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		for _, it := range state.Items {
+			if err := s.Require(ctx, auth.Unassign, it.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
 	want := map[string]bool{}
 	for _, id := range req.Shards {
 		want[id] = true
@@ -382,13 +398,6 @@ func (s *Server) Unassign(ctx context.Context, req *protocol.UnassignRequest) (*
 	}
 	for _, id := range req.Shards {
 		want[id] = true
-	}
-	for _, it := range state.Items {
-		if len(want) == 0 || want[it.ID] {
-			if err := s.Require(ctx, auth.Unassign, it.ID); err != nil {
-				return nil, err
-			}
-		}
 	}
 	var shards []string
 	var cmps []clientv3.Cmp
@@ -451,10 +460,18 @@ func (s *Server) shardLabels(id string) labels.Set {
 // requireApply checks that the request may apply each of its changes: to
 // the shard as it is, and to its new spec, so that no one moves a shard
 // into or out of a selector that bounds them.
+//
+// A create (expected mod revision 0) of a shard that does not exist has
+// no "as it is" to check: its new spec is all there is, and the
+// transaction fails if the shard appears meanwhile. Checking its ID alone
+// instead would refuse every token whose selector matches by label. Any
+// other change of a shard this process does not know keeps the ID-only
+// check, so that it learns nothing of shards outside its selector.
 func (s *Server) requireApply(ctx context.Context, req *protocol.ShardApplyRequest) error {
 	if s.cfg.Auth == nil {
 		return nil
 	}
+	state, _ := s.resolver.snapshot()
 	for _, c := range req.Changes {
 		id := c.Delete
 		if c.Delete == "" {
@@ -465,6 +482,9 @@ func (s *Server) requireApply(ctx context.Context, req *protocol.ShardApplyReque
 			id = spec.ID
 			if err := s.cfg.Auth.Require(ctx, auth.Apply, "shard", id, spec.LabelSetWithMeta()); err != nil {
 				return err
+			}
+			if c.ExpectModRevision == 0 && state.ItemIndex(id) < 0 {
+				continue
 			}
 		}
 		if err := s.Require(ctx, auth.Apply, id); err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"time"
 
@@ -61,13 +63,10 @@ Existing files are not overwritten unless --force is given.`,
 					}
 				}
 			}
+			if err := writeKeyFiles(files); err != nil {
+				return err
+			}
 			for _, f := range files {
-				if err := os.WriteFile(f.path, f.data, f.mode); err != nil {
-					return err
-				}
-				if err := os.Chmod(f.path, f.mode); err != nil { // WriteFile keeps an existing file's mode.
-					return err
-				}
 				fmt.Fprintln(cmd.OutOrStdout(), f.path)
 			}
 			return nil
@@ -82,6 +81,35 @@ type keyFile struct {
 	path string
 	data []byte
 	mode os.FileMode
+}
+
+// writeKeyFiles writes files, or none of them: if one fails, those
+// written before it are removed, so that no private key is left without
+// the public key that goes with it. The one that failed is removed too if
+// it is a file (written in part); anything else at its path (a directory,
+// say) is not this command's to remove.
+func writeKeyFiles(files []keyFile) error {
+	for i, f := range files {
+		err := os.WriteFile(f.path, f.data, f.mode)
+		if err == nil {
+			err = os.Chmod(f.path, f.mode) // WriteFile keeps an existing file's mode.
+		}
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("writing %s: %w", f.path, err)
+		remove := files[:i]
+		if fi, statErr := os.Lstat(f.path); statErr == nil && fi.Mode().IsRegular() {
+			remove = files[:i+1]
+		}
+		for _, w := range remove {
+			if rmErr := os.Remove(w.path); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+				err = fmt.Errorf("%w; removing %s as well failed: %v", err, w.path, rmErr)
+			}
+		}
+		return err
+	}
+	return nil
 }
 
 func keygen(prefix string, hmac bool) ([]keyFile, error) {
@@ -130,7 +158,7 @@ Capabilities, comma-separated:
 The selector matches labels and the meta-labels name (id, for shards) and
 prefix: "-l prefix=orders/" bounds the token to names beginning orders/.
 Without -l, the token holds its capabilities over everything.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			claims, key, err := f.parse(time.Now())
 			if err != nil {

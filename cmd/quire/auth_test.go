@@ -58,6 +58,28 @@ func TestAuthKeygenAndToken(t *testing.T) {
 	}
 }
 
+// A keygen that cannot write PREFIX.pub leaves no PREFIX.key behind, and
+// prints no file: a private key without its public one is of no use, and
+// a later keygen would refuse to overwrite it.
+func TestAuthKeygenWritesBothOrNeither(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "fleet")
+	// A directory where PREFIX.pub goes: --force passes the check for
+	// existing files, and the write of PREFIX.pub fails.
+	if err := os.Mkdir(prefix+".pub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := quire(context.Background(), nil, "auth", "keygen", "--force", prefix)
+	if r.err == nil || !strings.Contains(r.err.Error(), "writing "+prefix+".pub") || r.stdout != "" {
+		t.Fatalf("keygen with a directory at PREFIX.pub: err %v, stdout %q; want an error writing it and nothing printed", r.err, r.stdout)
+	}
+	if _, err := os.Stat(prefix + ".key"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("PREFIX.key after the failed keygen: %v, want it removed", err)
+	}
+	if fi, err := os.Stat(prefix + ".pub"); err != nil || !fi.IsDir() {
+		t.Errorf("PREFIX.pub after the failed keygen: %v, want the directory left alone", err)
+	}
+}
+
 // Bad input to the auth commands, and to every server's and client's auth
 // flags, exits 2 and prints nothing on standard output.
 func TestAuthBadInput(t *testing.T) {
@@ -71,6 +93,11 @@ func TestAuthBadInput(t *testing.T) {
 	}{
 		{[]string{"auth", "keygen", prefix}, "exists"},
 		{[]string{"auth", "keygen"}, "takes PREFIX"},
+		{[]string{"auth", "keygen", prefix + "-a", prefix + "-b"}, "takes PREFIX: got 2"},
+		{[]string{"auth", "keygen", "--bogus", prefix + "-c"}, "--bogus"},
+		{[]string{"auth", "token", "extra", "--key", prefix + ".key", "--cap", "READ", "--subject", "x"}, "takes no arguments"},
+		{[]string{"auth", "token", "--bogus", "--key", prefix + ".key", "--cap", "READ", "--subject", "x"}, "--bogus"},
+		{[]string{"auth", "tokn"}, "tokn"},
 		{[]string{"auth", "token", "--cap", "READ", "--subject", "x"}, "--key is missing"},
 		{[]string{"auth", "token", "--key", prefix + ".key", "--subject", "x"}, "--cap is missing"},
 		{[]string{"auth", "token", "--key", prefix + ".key", "--cap", "READ"}, "--subject is missing"},

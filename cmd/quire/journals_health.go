@@ -16,15 +16,6 @@ import (
 	"github.com/quire-dev/quire/protocol"
 )
 
-// noArgs refuses arguments as bad input (exit 2), where cobra.NoArgs
-// would exit 1.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) != 0 {
-		return usagef("%s takes no arguments, got %q (see %s --help)", cmd.CommandPath(), args, cmd.CommandPath())
-	}
-	return nil
-}
-
 // ---- store-health ----
 
 func newJournalsStoreHealthCommand(jf *journalsFlags) *cobra.Command {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -58,7 +59,38 @@ Commands available in this build:
 	root.AddCommand(newVersionCommand(), newDevCommand(), newJournalsCommand(), newBrokerCommand(),
 		newBenchCommand(), newAllocatorCommand(), newShardsCommand(), newHealthCommand(), newAuthCommand(), newConsoleCommand())
 	refuseUnknown(root)
+	argsAreUsage(root)
 	return root
+}
+
+// argsAreUsage makes every command's check of its positional arguments
+// (cobra.NoArgs, cobra.MaximumNArgs, …) refuse them as bad input, exit 2:
+// cobra's own errors are plain ones, which would exit 1.
+func argsAreUsage(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		argsAreUsage(sub)
+	}
+	check := c.Args
+	if check == nil {
+		return
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		err := check(cmd, args)
+		if err != nil && !errors.As(err, new(usageError)) {
+			return usageError{err}
+		}
+		return err
+	}
+}
+
+// noArgs refuses any argument as bad input: cobra.NoArgs's error is a plain
+// one, which would exit 1.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) != 0 {
+		// Counted, not quoted: a stray argument may be a token.
+		return usagef("%s takes no arguments, only flags: got %d", cmd.CommandPath(), len(args))
+	}
+	return nil
 }
 
 // refuseUnknown makes every command that only groups others (quire,

@@ -6,6 +6,7 @@ package authflag
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -71,6 +72,7 @@ type Server struct {
 	Keys    []string
 	Rollout bool
 	Client
+	who string // as AddFlags was told, for the warning of Options.
 }
 
 // AddFlags adds --auth-keys, --auth-rollout, --token and --token-file;
@@ -80,6 +82,7 @@ func (s *Server) AddFlags(fl *pflag.FlagSet, who string) {
 	if v := os.Getenv("QUIRE_AUTH_KEYS"); v != "" {
 		keys = strings.Split(v, ",")
 	}
+	s.who = who
 	fl.StringSliceVar(&s.Keys, "auth-keys", keys,
 		fmt.Sprintf("comma-separated files of the keys that verify tokens (Ed25519 public keys, or HMAC secrets), read again when they change; with them, %s refuses requests without a valid token (env QUIRE_AUTH_KEYS)", who))
 	fl.BoolVar(&s.Rollout, "auth-rollout", os.Getenv("QUIRE_AUTH_ROLLOUT") == "true",
@@ -111,14 +114,30 @@ func (s Server) Authorizer() (*auth.Authorizer, error) {
 // Options are the server's Authorizer, the gRPC server options that
 // check tokens with it, and the dial options that send the server's own
 // token: nil and none without --auth-keys and --token.
+//
+// A server given --auth-keys but no token of its own is warned, not
+// refused: its own calls (brokers' replication and spool recovery, a
+// consumer process's reads of its sources and appends to its recovery
+// logs) fail Unauthenticated at servers that check tokens, but a lone
+// broker at replication 1, a fleet in rollout mode, or a consumer process
+// whose brokers check no token, runs fine without one.
 func (s Server) Options() (*auth.Authorizer, []grpc.ServerOption, []grpc.DialOption, error) {
 	a, err := s.Authorizer()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	dial, err := s.DialOptions()
+	src, err := s.Source()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return a, a.ServerOptions(), dial, nil
+	if a != nil && src == nil {
+		who := s.who
+		if who == "" {
+			who = "the server"
+		}
+		slog.Warn("auth: --auth-keys without --token or --token-file: " + who + " checks its callers' tokens but sends none of its own, " +
+			"so its calls to servers that check tokens (replication and spool recovery between brokers; a consumer's reads of its sources, " +
+			"appends to its recovery logs and acknowledgements) fail Unauthenticated: give it a token ('quire auth token')")
+	}
+	return a, a.ServerOptions(), auth.DialOptions(src), nil
 }

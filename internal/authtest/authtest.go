@@ -76,6 +76,48 @@ func (k *Key) Token(subject string, caps auth.Capability, sel string, ttl time.D
 	return tok
 }
 
+// NotYetValid mints a token like Token's, valid for an hour from an hour
+// from now: refused until then.
+func (k *Key) NotYetValid(subject string, caps auth.Capability, sel string) string {
+	k.t.Helper()
+	s, err := labels.ParseSelector(sel)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	now := time.Now()
+	tok, err := k.signer.Mint(auth.Claims{
+		RegisteredClaims: jwt.RegisteredClaims{Subject: subject, IssuedAt: jwt.NewNumericDate(now),
+			NotBefore: jwt.NewNumericDate(now.Add(time.Hour)), ExpiresAt: jwt.NewNumericDate(now.Add(2 * time.Hour))},
+		Capability: caps, Selector: s})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return tok
+}
+
+// Forged returns a token granting everything, signed by method with key
+// (jwt.UnsafeAllowNoneSignatureType for alg none, an HMAC secret, a public
+// key's bytes): a forgery no server trusting only Ed25519 keys may accept.
+func Forged(t testing.TB, method jwt.SigningMethod, key any) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(method, jwt.MapClaims{"sub": "forger", "cap": All.Names(),
+		"exp": time.Now().Add(time.Hour).Unix()}).SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// HMACSecret is a fresh HMAC secret, as 'quire auth keygen --hmac' makes.
+func HMACSecret(t testing.TB) []byte {
+	t.Helper()
+	s, err := auth.GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // All is every capability Quire checks.
 const All = auth.All
 
