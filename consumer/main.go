@@ -155,6 +155,7 @@ type serveFlags struct {
 	admin                      admin.Flags
 	limit                      int
 	leaseTTL, unassignFailed   time.Duration
+	pruneHorizon               time.Duration
 	drainTimeout               time.Duration
 	tls, etcdTLS               tlsconfig.Files
 	etcdUser                   etcdclient.User
@@ -212,6 +213,8 @@ fail over when its lease expires.`,
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
 	fl.DurationVar(&f.unassignFailed, "unassign-failed-after", env.Duration("QUIRE_UNASSIGN_FAILED_AFTER"),
 		"how long a FAILED shard replica keeps its assignment before the process removes it, for the shard to restart (env QUIRE_UNASSIGN_FAILED_AFTER; default 0: never, FAILED replicas wait for 'quire shards unassign --failed')")
+	fl.DurationVar(&f.pruneHorizon, "producer-prune-horizon", env.Duration("QUIRE_PRODUCER_PRUNE_HORIZON"),
+		"how long, by message clocks, a source's idle producer is remembered after its last commit: a message of its that comes again later is delivered again (env QUIRE_PRODUCER_PRUNE_HORIZON; default 24h; negative: forever)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", DefaultDrainTimeout,
 		"how long a drain waits for other processes to take the process's shard replicas; then those left fail over at once (0: wait as long as it takes)")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the process (to its clients, and to brokers and other processes as their client)")
@@ -374,7 +377,7 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 	defer journals.Close()
 	srv, err := New(Config{App: app, Etcd: etcd, Journals: journals, Root: f.prefix,
 		Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise, Dir: f.dir, Limit: f.limit,
-		LeaseTTL: f.leaseTTL, UnassignFailedAfter: f.unassignFailed, DrainTimeout: f.drainTimeout, DialOptions: dialOpts, Auth: authz, Logger: slog.Default()})
+		LeaseTTL: f.leaseTTL, UnassignFailedAfter: f.unassignFailed, ProducerPruneHorizon: f.pruneHorizon, DrainTimeout: f.drainTimeout, DialOptions: dialOpts, Auth: authz, Logger: slog.Default()})
 	if err != nil {
 		return UsageError{err}
 	}

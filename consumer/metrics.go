@@ -14,6 +14,8 @@ var (
 		Name: "quire_consumer_source_lag_bytes",
 		Help: "Bytes of a source of a primary shard that are written but not yet read through by a committed transaction: the source's write head, as last read, less the shard's committed read-through offset.",
 	}, []string{"shard", "journal"})
+	producersPruned = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_consumer_producers_pruned_total", Help: "Producers that shards' checkpoints forgot, idle past Config.ProducerPruneHorizon."})
 	txnsTotal = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_consumer_txns_total", Help: "Shard transactions committed."})
 	messagesTotal = promauto.NewCounter(prometheus.CounterOpts{

@@ -36,6 +36,10 @@ const (
 	DefaultLeaseTTL     = 8 * time.Second
 	DefaultHintInterval = time.Minute
 	DefaultDrainTimeout = 20 * time.Second
+	// DefaultProducerPruneHorizon is Config.ProducerPruneHorizon's
+	// default: a day, as long as Kafka keeps an idempotent producer's
+	// state by default.
+	DefaultProducerPruneHorizon = 24 * time.Hour
 )
 
 // Config configures a consumer process.
@@ -65,6 +69,12 @@ type Config struct {
 	// HintInterval is how often a primary stores its recovery-log hints.
 	// Zero means DefaultHintInterval.
 	HintInterval time.Duration
+	// ProducerPruneHorizon is how long, by the clocks of a source's
+	// messages, a producer with no transaction pending is remembered after
+	// its last commit in the source: a message of its that comes again
+	// later is delivered again (see message.Sequencer.Prune). Zero means
+	// DefaultProducerPruneHorizon; a negative value never forgets one.
+	ProducerPruneHorizon time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
 	MaxTxnOps int
 	// UnassignFailedAfter is how long a FAILED replica of the process
@@ -148,6 +158,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.HintInterval == 0 {
 		cfg.HintInterval = DefaultHintInterval
+	}
+	if cfg.ProducerPruneHorizon == 0 {
+		cfg.ProducerPruneHorizon = DefaultProducerPruneHorizon
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -332,6 +332,7 @@ func (t *txnLoop) commit(ctx context.Context, begin time.Time) error {
 	}
 	cp := store.Checkpoint{Sources: make(map[string]message.Checkpoint, len(t.seqs))}
 	for j, seq := range t.seqs {
+		producersPruned.Add(float64(seq.Prune(t.r.srv.cfg.ProducerPruneHorizon)))
 		cp.Sources[j] = seq.Checkpoint()
 	}
 	for _, j := range slices.Sorted(maps.Keys(t.intents)) {

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // A Sequencer reads the messages of one journal, in offset order, and
@@ -117,8 +118,8 @@ type Sequencer struct {
 	// out is the slice that Queue returns, reused by the next call.
 	out []Delivery
 	// last is the state of lastID, the producer most recently looked up
-	// (if not nil): runs of one producer's messages skip the map.
-	// Producers are never removed, so it stays valid.
+	// (if not nil): runs of one producer's messages skip the map. Prune
+	// clears it as it removes producers.
 	lastID ProducerID
 	last   *producer
 }
@@ -180,6 +181,7 @@ type SequencerStats struct {
 	RolledBack uint64 // pending messages discarded by an acknowledgement
 	Replayed   uint64 // messages read again after a restart whose effect the checkpoint holds
 	Pending    int    // messages pending now
+	Pruned     uint64 // producers forgotten by Prune
 }
 
 // NewSequencer returns a Sequencer of journal that resumes from cp (the
@@ -351,6 +353,43 @@ func (s *Sequencer) deliver(d Delivery) {
 
 // Stats returns the Sequencer's counters.
 func (s *Sequencer) Stats() SequencerStats { return s.stats }
+
+// Prune forgets the producers that have nothing pending and whose last
+// acknowledged clock is more than horizon older than the newest clock
+// any producer of the journal had acknowledged, and returns how many it
+// forgot. A zero or negative horizon forgets none.
+//
+// Why: a Checkpoint holds every producer the journal has seen, and a
+// store commits it with each transaction, so without pruning a journal
+// whose publishers come and go (a producer per process, per request)
+// makes every transaction write more. The cost: should a forgotten
+// producer's message come again (a publisher replaying a transaction
+// after more than horizon), it is taken as new and delivered a second
+// time. Clocks, not the reader's wall time, measure the age, so a
+// replay prunes as the first reading did; a producer whose clock runs
+// far ahead of the others makes them look old.
+func (s *Sequencer) Prune(horizon time.Duration) int {
+	if horizon <= 0 || len(s.producers) == 0 {
+		return 0
+	}
+	var newest Clock
+	for _, p := range s.producers {
+		newest = max(newest, p.acked)
+	}
+	cutoff := NewClock(newest.Time().Add(-horizon))
+	n := 0
+	for id, p := range s.producers {
+		if len(p.pending) == 0 && p.begin < 0 && p.acked < cutoff {
+			delete(s.producers, id)
+			n++
+		}
+	}
+	if n > 0 {
+		s.lastID, s.last = ProducerID{}, nil
+		s.stats.Pruned += uint64(n)
+	}
+	return n
+}
 
 // Checkpoint returns the Sequencer's state, from which NewSequencer
 // resumes. The caller stores it once it has durably applied every message

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quire-dev/quire/message"
 )
@@ -409,5 +410,39 @@ func TestSequencerStatsPending(t *testing.T) {
 	}
 	if st := s.Stats(); st.Pending != 0 || st.RolledBack != 50 || st.Delivered != 50 {
 		t.Fatalf("stats %+v, want 0 pending, 50 rolled back, 50 delivered", st)
+	}
+}
+
+// Prune forgets the producers idle for longer than the horizon before the
+// newest acknowledged clock, never one with a transaction pending; a
+// forgotten producer's message that comes again is delivered again, the
+// documented cost.
+func TestPruneForgetsOnlyIdleProducers(t *testing.T) {
+	prodC := message.ProducerID{0xc}
+	at := func(d time.Duration) message.Clock {
+		return message.NewClock(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC).Add(d))
+	}
+	journal := []ev{
+		out(prodA, at(0), "a, long ago"),
+		cont(prodC, at(time.Minute), "c, pending since long ago"),
+		out(prodB, at(2*time.Hour), "b, lately"),
+	}
+	s := newSeq(t, message.Checkpoint{})
+	if got := queueAll(t, s, journal, 0); !slices.Equal(got, []string{"a, long ago", "b, lately"}) {
+		t.Fatalf("delivered %q", got)
+	}
+	if n := s.Prune(0); n != 0 {
+		t.Fatalf("Prune(0) forgot %d producers, want none", n)
+	}
+	if n := s.Prune(time.Hour); n != 1 || s.Stats().Pruned != 1 {
+		t.Fatalf("Prune(1h) forgot %d producers (stats %d), want 1: A", n, s.Stats().Pruned)
+	}
+	cp := s.Checkpoint()
+	if _, ok := cp.Producers[prodA]; ok || len(cp.Producers) != 2 {
+		t.Fatalf("checkpoint's producers %v; want B and the pending C, not A", cp.Producers)
+	}
+	again := append(journal, out(prodA, at(0), "a, again"), ack(prodC, at(time.Minute)))
+	if got := queueAll(t, s, again, len(journal)); !slices.Equal(got, []string{"a, again", "c, pending since long ago"}) {
+		t.Fatalf("after pruning, delivered %q; want A's repeat (forgotten) and C's transaction", got)
 	}
 }

@@ -43,6 +43,16 @@ func (c *Cluster) StartPublishing() *Publisher {
 	journals := c.Journals()
 	go func() {
 		defer close(p.done)
+		// One producer for the whole run, as a program that publishes
+		// would be: a producer per batch would leave every shard's
+		// checkpoint with thousands of producers, which each transaction
+		// writes to its recovery log.
+		var pub *wordcount.Publisher
+		defer func() {
+			if pub != nil {
+				pub.Close()
+			}
+		}()
 		rnd := rand.New(rand.NewPCG(3, 4))
 		for {
 			select {
@@ -55,7 +65,18 @@ func (c *Cluster) StartPublishing() *Publisher {
 				words[i] = Vocabulary[rnd.IntN(len(Vocabulary))]
 			}
 			p.publish(func(ctx context.Context, text string) (int, error) {
-				return wordcount.Publish(ctx, journals, wordcount.Selector, strings.NewReader(text))
+				if pub == nil {
+					var err error
+					if pub, err = wordcount.NewPublisher(context.Background(), journals, wordcount.Selector); err != nil {
+						return 0, err
+					}
+				}
+				n, err := pub.Publish(ctx, strings.NewReader(text))
+				if err != nil {
+					pub.Close() // A new producer for the next batch, as a restarted program.
+					pub = nil
+				}
+				return n, err
 			}, words)
 		}
 	}()

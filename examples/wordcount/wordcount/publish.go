@@ -19,19 +19,55 @@ import (
 // (Selector, normally): a word always goes to the same journal, so one
 // shard counts it. It returns the number of words published, once every
 // one is acknowledged (durable in the journals).
+//
+// Publish is one producer: a program that publishes again and again
+// keeps a Publisher instead, since every producer a journal has seen
+// stays in its readers' checkpoints for a while (see docs/messages.md).
 func Publish(ctx context.Context, journals *client.Client, selector string, r io.Reader) (int, error) {
+	p, err := NewPublisher(ctx, journals, selector)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	return p.Publish(ctx, r)
+}
+
+// Publisher publishes words as one producer, for as long as it lives.
+// It is not safe for concurrent use.
+type Publisher struct {
+	parts    *message.Partitions
+	mapping  func(message.Message) (string, error)
+	appender *client.Appender
+	pub      *message.Publisher
+}
+
+// NewPublisher returns a Publisher to the journals selector selects. ctx
+// bounds its appends; Close releases it.
+func NewPublisher(ctx context.Context, journals *client.Client, selector string) (*Publisher, error) {
 	listCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	parts, err := message.NewPartitions(listCtx, journals, selector, 0)
 	if err != nil {
-		return 0, fmt.Errorf("%w (is the broker running? quire dev runs one)", err)
+		return nil, fmt.Errorf("%w (is the broker running? quire dev runs one)", err)
 	}
-	defer parts.Close()
-	mapping := message.ModuloMapping(func(m message.Message) []byte { return []byte(m.(*Word).Word) }, parts)
 	appender := journals.NewAppender(ctx, client.AppenderConfig{})
-	defer appender.Close()
-	pub := message.NewPublisher(appender, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now()))
+	return &Publisher{
+		parts:    parts,
+		mapping:  message.ModuloMapping(func(m message.Message) []byte { return []byte(m.(*Word).Word) }, parts),
+		appender: appender,
+		pub:      message.NewPublisher(appender, message.JSONLines, message.NewProducerID(), message.NewClock(time.Now())),
+	}, nil
+}
 
+// Close waits for the appends in flight and releases the Publisher.
+func (p *Publisher) Close() error {
+	err := p.appender.Close()
+	p.parts.Close()
+	return err
+}
+
+// Publish publishes the words of r, as the function Publish does.
+func (p *Publisher) Publish(ctx context.Context, r io.Reader) (int, error) {
 	var pending []*client.AppendHandle
 	wait := func() error {
 		for _, h := range pending {
@@ -48,11 +84,11 @@ func Publish(ctx context.Context, journals *client.Client, selector string, r io
 	for sc.Scan() {
 		for _, w := range strings.Fields(sc.Text()) {
 			m := &Word{Word: w}
-			journal, err := mapping(m)
+			journal, err := p.mapping(m)
 			if err != nil {
 				return n, err
 			}
-			h, err := pub.PublishCommitted(ctx, journal, m)
+			h, err := p.pub.PublishCommitted(ctx, journal, m)
 			if err != nil {
 				return n, fmt.Errorf("publishing %q to %s: %w", w, journal, err)
 			}
