@@ -102,7 +102,7 @@ Errors are printed on standard error with a non-zero exit; bad input
 	cmd.AddCommand(
 		newJournalsListCommand(jf), newJournalsApplyCommand(jf), newJournalsEditCommand(jf),
 		newJournalsDeleteCommand(jf), newJournalsAppendCommand(jf), newJournalsReadCommand(jf),
-		newJournalsFragmentsCommand(jf),
+		newJournalsFragmentsCommand(jf), newJournalsPruneCommand(jf),
 	)
 	return cmd
 }
