@@ -404,8 +404,8 @@ written twice, none skipped.
 
 --from TIME (RFC 3339, 2025-05-01T12:00:00Z, or a duration before now,
 90m) starts each journal at its first fragment, in offset order,
-persisted at or after TIME, to the second, or still spooled; else at
-the write head. It is fragment-granular: the output may begin with
+persisted at or after TIME, to the second, or not yet persisted (so
+after every persisted one). It is fragment-granular: the output may begin with
 content written somewhat before TIME (a fragment holds what was appended
 over up to its flush interval or length).`,
 		Args: cobra.NoArgs,

@@ -202,24 +202,23 @@ func (f *readFlags) startOffset(ctx context.Context, c *client.Client, jf *journ
 
 // fromOffset is the begin of journal's first fragment, in offset order,
 // persisted at or after from (to the second, as fragments' times are
-// listed), or still spooled (so persisted later still); else the write
-// head.
+// listed), or spooled and not yet persisted (so persisted later still);
+// else the end of its last fragment, where content not yet persisted,
+// and so persisted after every listed fragment, begins.
 func fromOffset(ctx context.Context, c *client.Client, jf *journalsFlags, journal string, from time.Time) (int64, error) {
 	infos, err := c.ListFragments(ctx, &protocol.FragmentsRequest{Journal: journal})
 	if err != nil {
 		return 0, jf.brokerError("listing fragments of "+journal+" for --from", err)
 	}
+	var end int64
 	for _, info := range infos {
 		fr := info.GetFragment()
 		if fr.GetModTime() == 0 || fr.GetModTime() >= from.Unix() {
 			return fr.GetBegin(), nil
 		}
+		end = max(end, fr.GetEnd())
 	}
-	head, err := c.WriteHead(ctx, journal)
-	if err != nil {
-		return 0, jf.brokerError("finding the write head of "+journal, err)
-	}
-	return head, nil
+	return end, nil
 }
 
 // readPieces reads each journal from written[journal] (a reader each) and
