@@ -78,7 +78,7 @@ func newJournalsCommand() *cobra.Command {
 	jf := &journalsFlags{}
 	cmd := &cobra.Command{
 		Use:   "journals",
-		Short: "List, create, change, delete, append to and read journals",
+		Short: "List, create, change, delete, append to, read and prune journals",
 		Long: `Commands on the journals of a fleet of brokers, through any broker: --broker,
 else $QUIRE_BROKER, else ` + defaultBroker + ` (the broker of 'quire dev').
 

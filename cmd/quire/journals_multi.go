@@ -238,10 +238,12 @@ func readPieces(ctx context.Context, stdout, stderr io.Writer, c *client.Client,
 		readErr error
 	)
 	for _, name := range names {
+		// Taken here: once a piece arrives, this goroutine alone uses written.
+		start := written[name]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := readJournal(rctx, stderr, c, name, written[name], block, lines, pieces)
+			err := readJournal(rctx, stderr, c, name, start, block, lines, pieces)
 			if err != nil {
 				errMu.Lock()
 				readErr = firstErr(readErr, err)
