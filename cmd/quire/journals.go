@@ -79,7 +79,7 @@ func newJournalsCommand() *cobra.Command {
 	jf := &journalsFlags{}
 	cmd := &cobra.Command{
 		Use:   "journals",
-		Short: "List, create, change, delete, append to and read journals; check their stores",
+		Short: "List, create, change, delete, append to, read and prune journals; check their stores",
 		Long: `Commands on the journals of a fleet of brokers, through any broker: --broker,
 else $QUIRE_BROKER, else ` + defaultBroker + ` (the broker of 'quire dev').
 
@@ -103,7 +103,8 @@ Errors are printed on standard error with a non-zero exit; bad input
 	cmd.AddCommand(
 		newJournalsListCommand(jf), newJournalsApplyCommand(jf), newJournalsEditCommand(jf),
 		newJournalsDeleteCommand(jf), newJournalsAppendCommand(jf), newJournalsReadCommand(jf),
-		newJournalsFragmentsCommand(jf), newJournalsResetHeadCommand(jf), newJournalsStoreHealthCommand(jf),
+		newJournalsFragmentsCommand(jf), newJournalsPruneCommand(jf), newJournalsResetHeadCommand(jf),
+		newJournalsStoreHealthCommand(jf),
 	)
 	return cmd
 }
