@@ -903,26 +903,41 @@ selector is refused: --all deletes every journal.`,
 	return cmd
 }
 
-func runDelete(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, selector string, names []string, all, dryRun bool) error {
+// selected connects to the brokers and lists the journals that selector,
+// names or all select (see selectorFor). A named journal that does not
+// exist is an error, which says that undone was not done. The caller
+// closes the client.
+func (jf *journalsFlags) selected(ctx context.Context, selector string, names []string, all bool, undone string) (*client.Client, []*protocol.ListResponse_Journal, error) {
 	sel, err := selectorFor(selector, names, all)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	c, err := jf.connect(ctx)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer c.Close()
 	js, err := jf.list(ctx, c, sel)
 	if err != nil {
-		return err
+		c.Close()
+		return nil, nil, err
 	}
 	found := byName(js)
 	for _, n := range names {
 		if found[n] == nil {
-			return fmt.Errorf("journal %q not found, so nothing was deleted", n)
+			c.Close()
+			return nil, nil, fmt.Errorf("journal %q not found, so %s", n, undone)
 		}
 	}
+	return c, js, nil
+}
+
+func runDelete(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, selector string, names []string, all, dryRun bool) error {
+	c, js, err := jf.selected(ctx, selector, names, all, "nothing was deleted")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sel, _ := selectorFor(selector, names, all)
 	if len(js) == 0 {
 		fmt.Fprintf(stderr, "no journals match %q\n", sel)
 		return nil

@@ -55,25 +55,11 @@ type headMove struct {
 
 func runResetHead(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, jf *journalsFlags,
 	selector string, names []string, dryRun, yes bool) error {
-	sel, err := selectorFor(selector, names, false)
-	if err != nil {
-		return err
-	}
-	c, err := jf.connect(ctx)
+	c, js, err := jf.selected(ctx, selector, names, false, "no write head was moved")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	js, err := jf.list(ctx, c, sel)
-	if err != nil {
-		return err
-	}
-	found := byName(js)
-	for _, n := range names {
-		if found[n] == nil {
-			return fmt.Errorf("journal %q not found, so no write head was moved", n)
-		}
-	}
 	var moves []headMove
 	for _, j := range js {
 		m, err := jf.headMove(ctx, c, j.GetSpec().GetName())

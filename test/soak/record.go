@@ -211,9 +211,32 @@ func (v *Verdict) Visualize(path string) error {
 // WriteTo writes the history's operations, one per line, for a failed
 // run's record.
 func (v *Verdict) WriteTo(w io.Writer) (int64, error) {
+	return writeOps(w, v.ops, nil)
+}
+
+// WriteTo writes the operations recorded so far, unchecked, one per
+// line, failed appends marked: the record of a run that stopped before
+// its check (a cluster that did not recover).
+func (h *History) WriteTo(w io.Writer) (int64, error) {
+	h.mu.Lock()
+	calls := slices.Clone(h.ops)
+	h.mu.Unlock()
+	ops := make([]porcupine.Operation, len(calls))
+	failed := make([]bool, len(calls))
+	for i, c := range calls {
+		ops[i], failed[i] = c.Operation, c.failed
+	}
+	return writeOps(w, ops, failed)
+}
+
+func writeOps(w io.Writer, ops []porcupine.Operation, failed []bool) (int64, error) {
 	var n int64
-	for _, op := range v.ops {
-		m, err := fmt.Fprintf(w, "client %d [%d, %d] %s\n", op.ClientId, op.Call, op.Return, Log.DescribeOperation(op.Input, op.Output))
+	for i, op := range ops {
+		mark := ""
+		if failed != nil && failed[i] {
+			mark = " (failed)"
+		}
+		m, err := fmt.Fprintf(w, "client %d [%d, %d] %s%s\n", op.ClientId, op.Call, op.Return, Log.DescribeOperation(op.Input, op.Output), mark)
 		n += int64(m)
 		if err != nil {
 			return n, err

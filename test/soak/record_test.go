@@ -94,3 +94,18 @@ func FuzzParseRecord(f *testing.F) {
 		}
 	})
 }
+
+// A run that stops before its check leaves what it recorded, failed
+// appends marked.
+func TestUncheckedHistoryIsWritten(t *testing.T) {
+	h, _, _ := history(t)
+	h.Append(1, "j", Record(1, 2, 0), 50, 60, AppendOutput{}, errors.New("timed out"))
+	var out bytes.Buffer
+	if _, err := h.WriteTo(&out); err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n"))
+	if len(lines) != 4 || !bytes.HasSuffix(lines[3], []byte("(failed)")) || bytes.Contains(lines[0], []byte("failed")) {
+		t.Fatalf("unchecked history:\n%s\nwant 4 operations, the last marked failed", out.Bytes())
+	}
+}

@@ -436,6 +436,12 @@ func (s *soak) leaveRecord(seed uint64, v *Verdict) {
 	os.WriteFile(filepath.Join(dir, "seed"), fmt.Appendf(nil, "%d\n", seed), 0o644)
 	os.WriteFile(filepath.Join(dir, "cycles"), []byte(cycles.String()), 0o644)
 	os.WriteFile(filepath.Join(dir, "cluster.log"), []byte(s.c.ComposeOut("logs", "--no-color", "--timestamps")), 0o644)
+	if v == nil { // The run stopped before its check: what was recorded, unchecked.
+		if f, err := os.Create(filepath.Join(dir, "history.txt")); err == nil {
+			s.h.WriteTo(f)
+			f.Close()
+		}
+	}
 	if v != nil {
 		if f, err := os.Create(filepath.Join(dir, "history.txt")); err == nil {
 			v.WriteTo(f)
