@@ -317,7 +317,12 @@ func (r *replica) flushIfDue() {
 // rollPastStores), unless appends keep the token busy: the next listing
 // tries again.
 func (r *replica) rollPastStoresIfAhead() {
-	if r.index.end() <= r.spool().End() {
+	// The write head as published to readers: the spool's own end may
+	// only be read with the token, which this first look does not take.
+	r.mu.Lock()
+	head := r.head
+	r.mu.Unlock()
+	if r.index.end() <= head {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
