@@ -154,11 +154,7 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 	if err != nil {
 		return err
 	}
-	// Invariant: no offset is written twice. Content up to r.expect
-	// exists elsewhere (a peer held it when an earlier synchronization
-	// began to roll past it), even if this replica's roll then failed (a
-	// full disk) and that peer has since gone.
-	at, holder := max(s.End(), r.index.end(), r.expectedEnd()), -1
+	at, holder := max(s.End(), r.index.end()), -1
 	for i, resp := range resps {
 		switch resp.Status {
 		case protocol.Status_OK:

@@ -433,14 +433,6 @@ func (r *replica) expectBefore(at int64) {
 	r.expect, r.expectSince = max(r.expect, at), time.Now()
 }
 
-// expectedEnd is the greatest offset that a synchronization found held
-// by a peer and this replica lacks, or 0.
-func (r *replica) expectedEnd() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.expect
-}
-
 // expectWait bounds how long reads wait for content a peer should persist.
 const expectWait = 2 * time.Minute
 
