@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,4 +232,88 @@ func failCommitOnce(t *testing.T, b *testBroker, journal string, end int64) {
 		return err
 	}
 	t.Cleanup(func() { proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+}
+
+// holdLone makes broker b's replica of journal hold "lone\n" at [10, 15)
+// alone, in a spool that begins at 10: b was rolled there by an earlier
+// primary, lacking what came before (which that primary held), then took
+// a commit that failed on the others. The primary's pipeline is dropped
+// first, as its stream to b holds b's replica.
+func holdLone(t *testing.T, primary, b *testBroker, journal string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, _ := primary.srv.resolver.replica(journal)
+	if err := p.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.dropPipeline()
+	p.release()
+	r, _ := b.srv.resolver.replica(journal)
+	if err := r.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.release()
+	r.expectBefore(10)
+	if err := r.roll(10); err != nil {
+		t.Fatal(err)
+	}
+	s := r.spool()
+	if _, err := s.Write([]byte("lone\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(r.registers.String()); err != nil {
+		t.Fatal(err)
+	}
+	r.committed()
+}
+
+// A peer that alone holds a commit, in a spool that begins past the
+// primary's end, serves the primary what its spool holds: the primary
+// copies that much, rather than asking for offsets the peer lacks, being
+// refused, and rolling past the commit relying on the peer alone. (Found
+// by the soak's long form: the peer was lost with its disk, and the gap
+// left in a recovery log failed its shard at playback.)
+func TestPrimaryCopiesACommitFromASpoolBeginningPastItsEnd(t *testing.T) {
+	const journal = "log/copiedpast"
+	c := holdPersistence(t, journal)
+	primary, holder, _ := c.threeReplicas(journal)
+	holdLone(t, primary, holder, journal)
+
+	if resp := c.appendRetry(primary, journal, []byte("next\n")); resp.Commit.Begin != 15 {
+		t.Fatalf("append at %d, want 15 (past the holder's commit)", resp.Commit.Begin)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if got, err := readRange(ctx, primary, journal, 10, 20); err != nil || string(got) != "lone\nnext\n" {
+		t.Fatalf("the primary serves %q, %v; want the commit it copied from the holder", got, err)
+	}
+}
+
+// A primary that cannot copy a commit only a peer holds builds no
+// pipeline, rather than roll past the commit at once: appends wait until
+// the copy succeeds.
+func TestPrimaryRetriesACopyBeforeRollingPast(t *testing.T) {
+	const journal = "log/copyretried"
+	c := holdPersistence(t, journal)
+	primary, holder, _ := c.threeReplicas(journal)
+	var failures atomic.Int32
+	copyHook = func(r *replica, endpoint string) error {
+		if r.journal == journal && failures.Add(1) <= 3 {
+			return errors.New("test: the holder does not answer")
+		}
+		return nil
+	}
+	t.Cleanup(func() { copyHook = func(*replica, string) error { return nil } })
+	holdLone(t, primary, holder, journal)
+
+	c.appendRetry(primary, journal, []byte("next\n"))
+	if n := failures.Load(); n <= 3 {
+		t.Fatalf("the copy was tried %d times, want more than the 3 that failed", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if got, err := readRange(ctx, primary, journal, 10, 20); err != nil || string(got) != "lone\nnext\n" {
+		t.Fatalf("the primary serves %q, %v; want the commit it copied from the holder", got, err)
+	}
 }

@@ -24,6 +24,9 @@ var (
 	caughtUp = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_caught_up_bytes_total", Help: "Bytes a primary copied from a peer as it synchronized a pipeline: appends that had committed on some replicas only.",
 	})
+	catchUpsAbandoned = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_catch_ups_abandoned_total", Help: "Times a primary rolled past content that only peers held, after failing to copy it for 20s: it is lost if they lose it before persisting it.",
+	})
 	readsRedirected = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_reads_redirected_total", Help: "Reads that a replica other than the primary could not serve (content it lacks), sent to the primary with NOT_PRIMARY.",
 	})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -154,13 +153,20 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 	if err != nil {
 		return err
 	}
-	at, holder := max(s.End(), r.index.end()), -1
+	// Invariant: no offset is written twice. Content up to r.expect
+	// exists elsewhere (a peer held it when an earlier synchronization
+	// found it), even if this replica then failed to copy it or to roll
+	// past it, and that peer has since gone.
+	at, holders := max(s.End(), r.index.end(), r.expectedEnd()), []int(nil)
 	for i, resp := range resps {
 		switch resp.Status {
 		case protocol.Status_OK:
 		case protocol.Status_PROPOSAL_MISMATCH:
-			if end := resp.Fragment.GetEnd(); end > at {
-				at, holder = end, i
+			switch end := resp.Fragment.GetEnd(); {
+			case end > at:
+				at, holders = end, []int{i}
+			case end == at && end > s.End():
+				holders = append(holders, i)
 			}
 		case protocol.Status_WRONG_ROUTE:
 			// The peer may know a newer route; catch up before retrying.
@@ -170,10 +176,14 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 			return fmt.Errorf("%w: %s answered %s", errPipeline, p.route.Endpoints[i+1], resp.Status)
 		}
 	}
+	r.expectBefore(at) // Remembered before anything can fail.
 	adopted := r.adoptRegisters(resps)
-	if holder >= 0 {
-		adopted = r.adoptHolderRegisters(resps[holder]) || adopted
-		r.catchUp(ctx, p.route.Endpoints[holder+1], s, at)
+	if len(holders) > 0 {
+		adopted = r.adoptHolderRegisters(resps[holders[0]]) || adopted
+		if err := r.catchUp(ctx, p, resps, holders, at); err != nil {
+			return err
+		}
+		s = r.spool()
 	}
 	if at == s.End() && !mismatched(resps) {
 		if !adopted {
@@ -184,7 +194,6 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 		return p.exchange(&protocol.ReplicateRequest{Proposal: fragmentOf(s, false),
 			Registers: protocol.ProtoLabels(r.registers)})
 	}
-	r.expectBefore(at)
 	if err := r.roll(at); err != nil {
 		return err
 	}
@@ -242,41 +251,93 @@ func (r *replica) adoptHolderRegisters(holder *protocol.ReplicateResponse) bool 
 	return true
 }
 
-// maxCatchUp bounds the content a primary copies from a peer as it
-// synchronizes (see catchUp).
-const maxCatchUp = 4 << 20
+// catchUpPatience bounds how long a primary keeps failing to build its
+// pipeline because it cannot copy content that only peers hold (see
+// catchUp), before it rolls past that content without it.
+const catchUpPatience = 20 * time.Second
 
-// catchUp copies into the primary's spool the content [s.End(), at) that
-// the peer at endpoint committed and the primary lacks: an append that
-// committed on some replicas only, as the route changed. The journal
-// rolls past it on every replica, and the others rely on a replica that
-// holds it to persist it: with this copy, the primary holds it too, and
-// persists it as it rolls, so losing that peer loses nothing. Past
-// maxCatchUp (a new primary far behind), or if the peer fails to serve
-// it, the primary goes without and waits for it in the store (expect).
-// The caller holds the token.
-func (r *replica) catchUp(ctx context.Context, endpoint string, s *spool.Spool, at int64) {
-	if at-s.End() > maxCatchUp || at <= s.End() {
-		return
+// catchUp copies into the primary's spool the content up to at that the
+// holders (peers whose spools end there) committed and the primary lacks:
+// an append that committed on some replicas only, as the route changed.
+// The journal rolls past it on every replica, and the others would rely
+// on a holder to persist it: a holder lost first (a machine gone with its
+// disk) would leave a gap there, which a reader jumps and a recovery log
+// cannot play past. With this copy, the primary holds it too, and
+// persists it as it rolls.
+//
+// If no holder serves it, the pipeline fails, to be built again; past
+// catchUpPatience of such failures, the primary rolls past the content
+// without it, relying on the holders (reads of it wait for it to reach
+// the store, see expect). The caller holds the token.
+func (r *replica) catchUp(ctx context.Context, p *pipeline, resps []*protocol.ReplicateResponse, holders []int, at int64) error {
+	var errs []error
+	for _, i := range holders {
+		err := r.copyFrom(ctx, p.route.Endpoints[i+1], resps[i].Fragment.GetBegin(), at)
+		if err == nil {
+			r.copyFailing = time.Time{}
+			return nil
+		}
+		errs = append(errs, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := errors.Join(errs...)
+	if r.copyFailing.IsZero() {
+		r.copyFailing = time.Now()
+	}
+	if failing := time.Since(r.copyFailing); failing < catchUpPatience {
+		r.srv.log.Warn("copying content only peers hold failed; will retry", "journal", r.journal, "end", at, "err", err)
+		return fmt.Errorf("%w: copying content through offset %d that only peers hold: %w", errPipeline, at, err)
+	}
+	r.copyFailing = time.Time{}
+	catchUpsAbandoned.Inc()
+	r.srv.log.Error("rolling past content only peers hold, which could not be copied; it is lost if they lose it before they persist it",
+		"journal", r.journal, "end", at, "tried", catchUpPatience, "err", err)
+	return nil
+}
+
+// copyFrom copies the content of journal up to at from the peer at
+// endpoint, whose spool begins at begin, into the primary's spool. What
+// the primary lacks before the peer's spool (the peer itself rolled past
+// it, lacking it) is expected from elsewhere: the primary rolls there
+// first. The caller holds the token.
+func (r *replica) copyFrom(ctx context.Context, endpoint string, begin, at int64) error {
+	s := r.spool()
+	from := max(s.End(), r.index.end(), begin)
+	if from >= at {
+		return nil
+	}
+	if from > s.End() {
+		if err := r.roll(from); err != nil {
+			return err
+		}
+		s = r.spool()
+	}
+	if err := copyHook(r, endpoint); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	content, err := r.srv.readFrom(ctx, endpoint, r.journal, s.End(), at)
-	if err == nil {
-		_, err = s.Write(content)
+	head, err := r.srv.readPeer(ctx, endpoint, nil, r.journal, from, at, func(_ int64, content []byte) error {
+		_, err := s.Write(content)
+		return err
+	})
+	if err == nil && head >= 0 {
+		err = fmt.Errorf("it ends at offset %d", head)
 	}
 	if err == nil {
 		err = s.Commit(r.registers.String())
 	}
 	if err != nil {
 		s.Rollback()
-		r.srv.log.Warn("copying content only a peer holds failed; the journal waits for it in the store",
-			"journal", r.journal, "peer", endpoint, "begin", s.End(), "end", at, "err", err)
-		return
+		return fmt.Errorf("copying [%d, %d) from %s: %w", from, at, endpoint, err)
 	}
 	r.committed()
-	caughtUp.Add(float64(len(content)))
+	caughtUp.Add(float64(at - from))
+	return nil
 }
+
+// copyHook is called before a primary copies content from a peer, and an
+// error fails the copy; a variable for tests.
+var copyHook = func(*replica, string) error { return nil }
 
 func mismatched(resps []*protocol.ReplicateResponse) bool {
 	for _, r := range resps {

@@ -65,6 +65,7 @@ type replica struct {
 	// (see synchronize) rather than wipe theirs.
 	registersKnown bool
 	pipe           *pipeline
+	copyFailing    time.Time // since when catchUp has failed; zero if it has not
 	syncer         spool.Syncer
 	limiter        *rate.Limiter // of max_append_rate; nil when unlimited
 }
@@ -431,6 +432,14 @@ func (r *replica) expectBefore(at int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.expect, r.expectSince = max(r.expect, at), time.Now()
+}
+
+// expectedEnd is the greatest offset that a synchronization found held
+// by a peer and this replica lacks, or 0.
+func (r *replica) expectedEnd() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.expect
 }
 
 // expectWait bounds how long reads wait for content a peer should persist.

@@ -238,3 +238,30 @@ func TestReplicaRolledPastWhatItLacksExpectsIt(t *testing.T) {
 		}
 	}
 }
+
+// A primary that learned, as it synchronized a pipeline, that a peer held
+// content past its own end, and then failed to roll there (its disk was
+// full), never writes those offsets: the next pipeline, built without
+// that peer (it went down meanwhile), rolls past them all the same.
+// (Found by the soak, seed 16 of the long form: a `disk-full` of the new
+// primary, then the peer's kill; the next append was acknowledged at the
+// offsets of one acknowledged before.)
+func TestFailedRollPastAPeersContentIsNotForgotten(t *testing.T) {
+	const journal = "logs/rollfailed"
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, journal, 1)
+	c.appendRetry(b, journal, []byte("x\n")) // [0, 2) here.
+	r, _ := b.srv.resolver.replica(journal)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.expectBefore(100) // A peer held [2, 100); the roll to 100 then failed,
+	r.dropPipeline()    // and so did the pipeline.
+	r.release()
+	if resp := c.appendRetry(b, journal, []byte("y\n")); resp.Commit.Begin < 100 {
+		t.Fatalf("append at %d, over offsets a peer held (through 100)", resp.Commit.Begin)
+	}
+}

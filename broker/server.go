@@ -335,23 +335,6 @@ func (s *Server) samePrimaryContent(ctx context.Context, route *protocol.Route, 
 	return err
 }
 
-// readFrom reads [begin, end) of journal from the broker at endpoint,
-// from what it holds itself.
-func (s *Server) readFrom(ctx context.Context, endpoint, journal string, begin, end int64) ([]byte, error) {
-	out := make([]byte, 0, end-begin)
-	head, err := s.readPeer(ctx, endpoint, nil, journal, begin, end, func(_ int64, content []byte) error {
-		out = append(out, content...)
-		return nil
-	})
-	if err == nil && head >= 0 {
-		err = fmt.Errorf("it ends at offset %d", head)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading [%d, %d) from %s: %w", begin, end, endpoint, err)
-	}
-	return out, nil
-}
-
 // Errors of readPeer and compareWithPrimary: the broker serves no content
 // there (it judges it gone), or other bytes.
 var (
