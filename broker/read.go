@@ -149,6 +149,14 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 			}
 			return r.sendSpool(stream, cur, offset, limit(head, req.EndOffset), head)
 		}
+		if !req.Block && r.expected(offset) {
+			// A primary that found a peer holding content past its head,
+			// and has yet to copy it or roll past it: the content is
+			// coming. Saying there is none would have a broker that
+			// returns with that content on its disk judge it divergent
+			// (see divergence), and quarantine it.
+			return r.awaitExpected(ctx, offset, headCh)
+		}
 		if !req.Block {
 			return -1, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OFFSET_NOT_YET_AVAILABLE,
 				Offset: offset, WriteHead: head})
@@ -200,18 +208,24 @@ func (r *replica) miss(ctx context.Context, req *protocol.ReadRequest, stream pr
 		return offset, nil
 	}
 	if r.expected(offset) {
-		select {
-		case <-changed:
-		case <-time.After(time.Second):
-		case <-ctx.Done():
-			return -1, ctx.Err()
-		}
-		return offset, nil
+		return r.awaitExpected(ctx, offset, changed)
 	}
 	if next < 0 || next > begin {
 		next = begin
 	}
 	return next, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: next, WriteHead: head})
+}
+
+// awaitExpected waits until changed is closed, for a second at most, for
+// content at offset that the replica expects, then reads at offset again.
+func (r *replica) awaitExpected(ctx context.Context, offset int64, changed <-chan struct{}) (int64, error) {
+	select {
+	case <-changed:
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+	return offset, nil
 }
 
 func limit(end, endOffset int64) int64 {

@@ -265,3 +265,41 @@ func TestFailedRollPastAPeersContentIsNotForgotten(t *testing.T) {
 		t.Fatalf("append at %d, over offsets a peer held (through 100)", resp.Commit.Begin)
 	}
 }
+
+// A primary that found a peer holding content past its head, and has yet
+// to copy it or roll past it, does not tell a broker comparing a
+// recovered spool with it that its content ends at its head: the broker
+// would quarantine a spool holding that very content (see divergence).
+// Asked without blocking, it waits for the content instead.
+func TestPrimaryExpectingContentPastItsHeadDoesNotSayItEnds(t *testing.T) {
+	const journal = "logs/expecting"
+	c := newCluster(t)
+	c.start("b1", "")
+	c.start("b2", "")
+	c.awaitMembers(c.brokers["b1"], 2)
+	c.journal(c.brokers["b1"], journal, 1)
+	route := c.awaitRoute(c.brokers["b1"], journal, 1)
+	b, other := c.brokers["b1"], c.brokers["b2"]
+	if route.Members[0].Suffix == "b2" {
+		b, other = other, b
+	}
+	c.appendRetry(b, journal, []byte("x\n")) // [0, 2) here.
+	r, _ := b.srv.resolver.replica(journal)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.expectBefore(100) // A peer holds [2, 100); the copy is yet to come.
+	defer r.release()
+
+	asked, cancelAsk := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelAsk()
+	head, err := other.srv.readPeer(asked, b.srv.cfg.Endpoint, nil, journal, 0, 100, func(int64, []byte) error { return nil })
+	if err == nil {
+		t.Fatalf("the primary said its content ends at %d; want it to wait for [2, 100)", head)
+	}
+	if asked.Err() == nil {
+		t.Fatalf("reading [0, 100): %v; want it to wait", err)
+	}
+}
