@@ -97,7 +97,7 @@ func Up(t testing.TB, opts Options) *Cluster {
 		t.Skipf("docker does not answer: %v: %s", err, out)
 	}
 	n := (os.Getpid() + opts.Slot) % 100
-	c := &Cluster{t: t, Project: fmt.Sprintf("quiretest%d", 100+n), Subnet: fmt.Sprintf("10.207.%d", 100+n),
+	c := &Cluster{t: t, Project: fmt.Sprintf("%s%d", projectPrefix, 100+n), Subnet: fmt.Sprintf("10.207.%d", 100+n),
 		Dir: composeDir(), Bin: t.TempDir(), conns: map[string]*grpc.ClientConn{}}
 	c.files = []string{filepath.Join(c.Dir, "compose.yaml")}
 	c.env = append(os.Environ(), "QUIRE_SUBNET="+c.Subnet, "QUIRE_TAG="+ImageTag)
@@ -120,6 +120,10 @@ func Up(t testing.TB, opts Options) *Cluster {
 		c.env = append(c.env, "QUIRE_TLS_DIR="+c.TLSDir)
 	}
 	c.files = append(c.files, opts.Files...)
+	removeStale(t)
+	if err := claim(c.Project); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(c.down)
 	c.Compose("up", "-d")
 	c.AwaitReady(append(append([]string{}, Brokers...), Consumers...)...)
@@ -190,6 +194,7 @@ func (c *Cluster) down() {
 		}
 	}
 	c.ComposeOut("down", "--volumes", "--remove-orphans", "--timeout", "1")
+	os.Remove(ownerFile(c.Project))
 	label := "label=com.docker.compose.project=" + c.Project
 	for _, kind := range [][]string{{"ps", "-a", "-q"}, {"network", "ls", "-q"}, {"volume", "ls", "-q"}} {
 		args := append(kind, "--filter", label)
