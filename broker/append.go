@@ -36,6 +36,8 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 	switch {
 	case spec == nil:
 		return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_JOURNAL_NOT_FOUND, Header: hdr})
+	case spec.Suspended():
+		return s.appendResumes(stream, first.Journal, hdr)
 	case len(route.GetMembers()) == 0:
 		return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr})
 	case r == nil || indexOf(route, s.id) != 0:
@@ -45,6 +47,9 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 		return s.proxyAppend(stream, first, route)
 	}
 	resp, err := r.append(ctx, stream, first)
+	if errors.Is(err, errSuspended) {
+		return s.appendResumes(stream, first.Journal, hdr)
+	}
 	if errors.Is(err, errNotPrimary) {
 		// Nothing was appended: send the writer to the new primary.
 		_, route, _ := r.view()
@@ -65,6 +70,19 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 	}
 	resp.Header = hdr
 	return stream.SendAndClose(resp)
+}
+
+// errSuspended stops an append at a primary that suspended the journal
+// while the append waited: it resumes the journal.
+var errSuspended = errors.New("the journal is suspended")
+
+// appendResumes resumes a suspended journal for an append, which its
+// client then retries (NO_PRIMARY) once the journal has replicas again.
+func (s *Server) appendResumes(stream protocol.Journal_AppendServer, journal string, hdr *protocol.Header) error {
+	if _, err := s.resume(stream.Context(), journal); err != nil {
+		return err
+	}
+	return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr})
 }
 
 // commits tells whether req, a message of the Append stream that began
@@ -128,6 +146,9 @@ func (r *replica) appendLocked(ctx context.Context, stream protocol.Journal_Appe
 	if spec.GetAccess() == protocol.Access_READ_ONLY {
 		return &protocol.AppendResponse{Status: protocol.Status_NOT_ALLOWED}, nil
 	}
+	if spec.Suspended() {
+		return nil, errSuspended
+	}
 	p, err := r.pipelineWithRetry(ctx)
 	if err != nil {
 		return nil, err
@@ -160,6 +181,7 @@ func (r *replica) appendLocked(ctx context.Context, stream protocol.Journal_Appe
 			return nil, err
 		}
 	}
+	r.touch()
 	resp, err := r.appendContent(stream, p, first, spec)
 	if err != nil {
 		r.spool().Rollback()

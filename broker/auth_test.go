@@ -145,6 +145,10 @@ var rpcs = []journalRPC{
 		}
 		return nil
 	}},
+	{"Suspend", auth.Apply, func(ctx context.Context, jc protocol.JournalClient) error {
+		_, err := jc.Suspend(ctx, &protocol.SuspendRequest{Journal: "orders/a", Resume: true})
+		return err
+	}},
 	{"Replicate", auth.Replicate, func(ctx context.Context, jc protocol.JournalClient) error {
 		s, err := jc.Replicate(ctx)
 		if err == nil {

@@ -214,6 +214,14 @@ func (ix *index) query(offset int64) (e entry, ok bool, next int64, changed <-ch
 	return e, ok, next, ix.changed
 }
 
+// local tells whether any local fragment is indexed (one still to be
+// persisted), with a channel closed when the index changes.
+func (ix *index) local() (bool, <-chan struct{}) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return slices.ContainsFunc(ix.entries, entry.local), ix.changed
+}
+
 // list returns the indexed fragments beginning at or after from, in order.
 func (ix *index) list(from int64) []fragment.Fragment {
 	ix.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/auth"
@@ -98,6 +99,9 @@ func (s *Server) Apply(ctx context.Context, req *protocol.ApplyRequest) (*protoc
 	if err := s.requireApply(ctx, req); err != nil {
 		return nil, err
 	}
+	if err := s.keepSuspensions(ctx, req.Changes); err != nil {
+		return nil, err
+	}
 	for _, c := range req.Changes {
 		name := c.Delete
 		if c.Upsert != nil {
@@ -125,6 +129,49 @@ func (s *Server) Apply(ctx context.Context, req *protocol.ApplyRequest) (*protoc
 	}
 	out.Header = s.header(nil)
 	return out, nil
+}
+
+// keepSuspensions gives each upsert the suspension record of the spec it
+// replaces (spec files never hold one), and refuses one that changes it:
+// only a journal's primary can suspend it, once its content is persisted
+// (see Suspend). It reads the replaced specs in one etcd round trip.
+func (s *Server) keepSuspensions(ctx context.Context, changes []*protocol.ApplyRequest_Change) error {
+	var updates []*protocol.ApplyRequest_Change
+	var gets []clientv3.Op
+	for _, c := range changes {
+		switch {
+		case c.Upsert == nil:
+		case c.ExpectModRevision == 0 && c.Upsert.Suspension != nil:
+			return protocol.InvalidArgument(fmt.Errorf("journal %s: a new journal cannot be suspended", c.Upsert.Name))
+		case c.ExpectModRevision != 0:
+			updates = append(updates, c)
+			gets = append(gets, clientv3.OpGet(allocator.ItemKey(s.cfg.Root, c.Upsert.Name)))
+		}
+	}
+	if len(gets) == 0 {
+		return nil
+	}
+	resp, err := s.cfg.Etcd.Txn(ctx).Then(gets...).Commit()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "applying journal specs: %v", err)
+	}
+	for i, c := range updates {
+		kvs := resp.Responses[i].GetResponseRange().GetKvs()
+		if len(kvs) == 0 || kvs[0].ModRevision != c.ExpectModRevision {
+			continue // The transaction fails: REVISION_MISMATCH.
+		}
+		cur, err := protocol.UnmarshalSpec(kvs[0].Value)
+		if err != nil {
+			continue // Replaced by a valid spec: there is no record to keep.
+		}
+		switch {
+		case c.Upsert.Suspension == nil:
+			c.Upsert.Suspension = cur.Suspension
+		case !proto.Equal(c.Upsert.Suspension, cur.Suspension):
+			return protocol.InvalidArgument(fmt.Errorf("journal %s: its suspension is the brokers' to change: use quire journals suspend or resume", c.Upsert.Name))
+		}
+	}
+	return nil
 }
 
 // applyWarnings says which upserted journals ask for more replicas than

@@ -27,6 +27,12 @@ var (
 	catchUpsAbandoned = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_catch_ups_abandoned_total", Help: "Times a primary rolled past content that only peers held, after failing to copy it for 20s: it is lost if they lose it before persisting it.",
 	})
+	journalsSuspended = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_journals_suspended_total", Help: "Journals this broker suspended as their primary (asked to, or idle).",
+	})
+	journalsResumed = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_journals_resumed_total", Help: "Suspended journals this broker resumed (asked to, or by an append).",
+	})
 	readsRedirected = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_reads_redirected_total", Help: "Reads that a replica other than the primary could not serve (content it lacks), sent to the primary with NOT_PRIMARY.",
 	})

@@ -59,6 +59,8 @@ func (s *Server) serveRead(req *protocol.ReadRequest, stream protocol.Journal_Re
 		return stream.Send(&protocol.ReadResponse{Status: protocol.Status_NOT_ALLOWED, Header: hdr})
 	case r == nil && req.DoNotProxy:
 		return stream.Send(&protocol.ReadResponse{Status: protocol.Status_NOT_REPLICA, Header: hdr})
+	case r == nil && len(route.GetMembers()) == 0 && spec.Suspended():
+		return s.readSuspended(req, stream, spec, hdr)
 	case r == nil && len(route.GetMembers()) == 0:
 		return stream.Send(&protocol.ReadResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr})
 	case r == nil:
@@ -274,12 +276,22 @@ func (r *replica) spoolGone(offset int64, err error) (int64, error) {
 // sendFragment sends an indexed fragment's content [offset, end), with
 // the write head.
 func (r *replica) sendFragment(ctx context.Context, stream protocol.Journal_ReadServer, e entry, offset, end, head int64) (int64, error) {
-	store, _ := r.srv.storeFor(ctx, e.frag.Store)
+	next, err := r.srv.sendFragment(ctx, stream, r.index, e, offset, end, head)
+	if err != nil && e.spool != nil {
+		return r.spoolGone(next, err)
+	}
+	return next, err
+}
+
+// sendFragment sends the content [offset, end) of e, an entry of ix, with
+// the write head. On an error reading e, it returns the offset reached.
+func (s *Server) sendFragment(ctx context.Context, stream protocol.Journal_ReadServer, ix *index, e entry, offset, end, head int64) (int64, error) {
+	store, _ := s.storeFor(ctx, e.frag.Store)
 	rc, err := e.open(ctx, store, offset)
 	if errors.Is(err, fs.ErrNotExist) && !e.local() {
-		r.srv.log.Warn("indexed fragment is gone from its store; dropping it from the index",
+		s.log.Warn("indexed fragment is gone from its store; dropping it from the index",
 			"journal", e.frag.Journal, "begin", e.frag.Begin, "end", e.frag.End, "store", e.frag.Store)
-		r.index.drop(e.frag)
+		ix.drop(e.frag)
 		return offset, nil // Read on: the index now has a gap here.
 	} else if err != nil {
 		return -1, err
@@ -304,19 +316,20 @@ func (r *replica) sendFragment(ctx context.Context, stream protocol.Journal_Read
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				break
 			}
-			if e.spool != nil {
-				return r.spoolGone(offset, err)
-			}
-			return -1, err
+			return offset, err
 		}
 	}
 	return offset, nil
 }
 
 func (r *replica) sendMetadata(ctx context.Context, stream protocol.Journal_ReadServer, e entry, offset, head int64) error {
+	return r.srv.sendMetadata(ctx, stream, e, offset, head)
+}
+
+func (s *Server) sendMetadata(ctx context.Context, stream protocol.Journal_ReadServer, e entry, offset, head int64) error {
 	resp := &protocol.ReadResponse{Status: protocol.Status_OK, Offset: offset, WriteHead: head, Fragment: protoFragment(e.frag)}
 	if !e.local() {
-		if store, err := r.srv.storeFor(ctx, e.frag.Store); err == nil {
+		if store, err := s.storeFor(ctx, e.frag.Store); err == nil {
 			resp.FragmentUrl, _ = store.SignURL(ctx, e.frag, time.Hour)
 		}
 	}

@@ -43,6 +43,7 @@ type replica struct {
 	expect      int64
 	expectSince time.Time
 	refreshed   time.Time // last listing of the stores
+	appended    time.Time // last append, or the replica's start: see suspendIdle
 	// synced is the route on which this replica, not the primary, last
 	// took the primary's proposal: while it is the current route, the
 	// replica holds every commit of the journal, so its write head is the
@@ -75,7 +76,7 @@ func newReplica(srv *Server, journal string) *replica {
 	r := &replica{
 		srv: srv, journal: journal, ctx: ctx, cancel: cancel, index: newIndex(),
 		headCh: make(chan struct{}), ready: make(chan struct{}), token: make(chan struct{}, 1),
-		kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), appended: time.Now(),
 	}
 	r.routeCtx, r.routeStop = context.WithCancel(ctx)
 	r.token <- struct{}{}
@@ -238,6 +239,13 @@ func (r *replica) maintain() {
 			nextRefresh = now.Add(refreshInterval(spec))
 		}
 		wake := nextRefresh
+		if idle := r.srv.cfg.SuspendIdle; idle > 0 && r.isPrimary() {
+			if until := r.idleUntil(idle); !until.After(now) {
+				r.suspendIdle()
+			} else {
+				wake = minTime(wake, until)
+			}
+		}
 		if d := spec.GetFragment().GetFlushInterval().AsDuration(); d > 0 {
 			wake = minTime(wake, now.Truncate(d).Add(d))
 		}
@@ -257,6 +265,35 @@ func (r *replica) maintain() {
 		if r.isPrimary() {
 			r.flushIfDue()
 		}
+	}
+}
+
+// idleUntil is when the journal will have gone idle long enough to be
+// suspended, if no one appends before.
+func (r *replica) idleUntil(idle time.Duration) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appended.Add(idle)
+}
+
+// touch records an append.
+func (r *replica) touch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.appended = time.Now()
+}
+
+// suspendIdle suspends the journal, idle for Config.SuspendIdle. A
+// failure is retried after another such period.
+func (r *replica) suspendIdle() {
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	if spec, _, _ := r.view(); spec.Suspended() {
+		return
+	}
+	r.touch() // Try again in a while if this fails.
+	if _, err := r.suspend(ctx); err != nil && r.ctx.Err() == nil {
+		r.srv.log.Warn("suspending an idle journal failed; will retry", "journal", r.journal, "err", err)
 	}
 }
 
@@ -376,22 +413,9 @@ func (r *replica) prune(spec *protocol.JournalSpec) {
 // refresh lists every store of the journal into the index.
 func (r *replica) refresh() error {
 	spec, _, _ := r.view()
-	mark := r.index.listingMark()
-	var listed []fragment.Fragment
-	for _, url := range r.srv.storesOf(spec) {
-		store, err := r.srv.stores.get(r.ctx, url)
-		if err != nil {
-			return err
-		}
-		err = store.List(r.ctx, r.journal, func(f fragment.Fragment) error {
-			listed = append(listed, f)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("listing %s in %s: %w", r.journal, url, err)
-		}
+	if err := r.srv.listStores(r.ctx, r.journal, spec, r.index); err != nil {
+		return err
 	}
-	r.index.replaceStored(listed, mark)
 	r.mu.Lock()
 	r.refreshed = time.Now()
 	r.mu.Unlock()
@@ -462,6 +486,19 @@ func (r *replica) recoverRegisters(rec *spool.Recovered) {
 	r.registers, r.registersKnown = set, spec.GetReplication() < 2
 }
 
+// resumeRegisters takes the registers the journal had when it was last
+// suspended, if its stores end where it was then and no spool recovered
+// from disk is more recent. They stand only if no peer knows better (see
+// adoptRegisters): an empty append may have set others since it resumed.
+func (r *replica) resumeRegisters(latest *spool.Recovered) {
+	spec, _, _ := r.view()
+	sp := spec.GetSuspension()
+	if sp == nil || r.index.end() != sp.Offset || (latest != nil && latest.End > sp.Offset) {
+		return
+	}
+	r.registers, r.registersKnown = protocol.LabelsOf(sp.Registers), false
+}
+
 // startSpool creates the first spool, after every indexed offset, with the
 // registers of the latest spool recovered from disk (latest, if not nil).
 func (r *replica) startSpool(latest *spool.Recovered) error {
@@ -470,6 +507,7 @@ func (r *replica) startSpool(latest *spool.Recovered) error {
 	}
 	defer r.release()
 	r.recoverRegisters(latest)
+	r.resumeRegisters(latest)
 	s, err := spool.Create(r.srv.cfg.Dir, r.journal, r.index.end(), r.registers.String())
 	if err != nil {
 		return err

@@ -55,6 +55,9 @@ type Config struct {
 	// may choose this broker or that peer to resign (see cuts.go). Zero
 	// means three times LeaseTTL; negative disables both. See isolation.go.
 	IsolationTimeout time.Duration
+	// SuspendIdle, if positive, suspends journals that no one appended to
+	// for that long (see Suspend). Zero never suspends a journal unasked.
+	SuspendIdle time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops. Zero means 128.
 	MaxTxnOps int
 	// DialOptions are added to those of the broker's connections to other
@@ -658,6 +661,27 @@ func (s *Server) markSynchronized(ctx context.Context, journal string, route *pr
 	if !resp.Succeeded {
 		return fmt.Errorf("recording route %q of %s: assignments changed", text, journal)
 	}
+	return nil
+}
+
+// listStores lists every store of journal, of spec, into ix.
+func (s *Server) listStores(ctx context.Context, journal string, spec *protocol.JournalSpec, ix *index) error {
+	mark := ix.listingMark()
+	var listed []fragment.Fragment
+	for _, url := range s.storesOf(spec) {
+		store, err := s.stores.get(ctx, url)
+		if err != nil {
+			return err
+		}
+		err = store.List(ctx, journal, func(f fragment.Fragment) error {
+			listed = append(listed, f)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("listing %s in %s: %w", journal, url, err)
+		}
+	}
+	ix.replaceStored(listed, mark)
 	return nil
 }
 

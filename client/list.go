@@ -195,3 +195,27 @@ func (c *Client) StoreHealth(ctx context.Context, req *protocol.StoreHealthReque
 	}
 	return resp, nil
 }
+
+// Suspend suspends journal (see protocol.Suspension): its primary
+// persists its content and records its write head and registers, and the
+// brokers release its replicas. With resume, it resumes the journal
+// instead, as its next append would. It returns the journal's suspension
+// record as the request left it. It goes to the default broker, which
+// passes a suspension on to the journal's primary, and retries while the
+// journal has none, until ctx is done.
+func (c *Client) Suspend(ctx context.Context, journal string, resume bool) (*protocol.Suspension, error) {
+	req := &protocol.SuspendRequest{Journal: journal, Resume: resume}
+	if err := req.Validate(); err != nil {
+		return nil, fmt.Errorf("client: suspend: %w", err)
+	}
+	var resp *protocol.SuspendResponse
+	err := c.call(ctx, callSpec{op: "suspend", journal: journal, retry: true}, func(ctx context.Context, jc protocol.JournalClient, _ target) (rpcResult, error) {
+		var err error
+		resp, err = jc.Suspend(ctx, req)
+		return rpcResult{resp.GetStatus(), resp.GetHeader()}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetSuspension(), nil
+}

@@ -371,6 +371,8 @@ type JournalSpec struct {
 	Access      Access                `protobuf:"varint,5,opt,name=access,proto3,enum=quire.protocol.Access" json:"access,omitempty"`
 	// Most bytes per second appended; zero is unlimited.
 	MaxAppendRate int64 `protobuf:"varint,6,opt,name=max_append_rate,json=maxAppendRate,proto3" json:"max_append_rate,omitempty"`
+	// Set by the brokers, never by a spec file: see Suspension.
+	Suspension    *Suspension `protobuf:"bytes,7,opt,name=suspension,proto3" json:"suspension,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -447,6 +449,91 @@ func (x *JournalSpec) GetMaxAppendRate() int64 {
 	return 0
 }
 
+func (x *JournalSpec) GetSuspension() *Suspension {
+	if x != nil {
+		return x.Suspension
+	}
+	return nil
+}
+
+// Suspension records a journal's suspension. A suspended journal has all
+// its content persisted and no replicas: no broker holds a spool of it.
+// Any broker serves reads of it from its stores; the next append resumes
+// it, and its new primary continues at offset with registers.
+type Suspension struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The journal is suspended. False once it resumed: the record stays,
+	// for the registers, until the journal is suspended again.
+	Active bool `protobuf:"varint,1,opt,name=active,proto3" json:"active,omitempty"`
+	// The write head when the journal was suspended: the end of its
+	// persisted content.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The journal's registers when it was suspended.
+	Registers []*Label `protobuf:"bytes,3,rep,name=registers,proto3" json:"registers,omitempty"`
+	// When the journal was suspended, in Unix seconds.
+	Time          int64 `protobuf:"varint,4,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Suspension) Reset() {
+	*x = Suspension{}
+	mi := &file_protocol_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Suspension) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Suspension) ProtoMessage() {}
+
+func (x *Suspension) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Suspension.ProtoReflect.Descriptor instead.
+func (*Suspension) Descriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Suspension) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *Suspension) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Suspension) GetRegisters() []*Label {
+	if x != nil {
+		return x.Registers
+	}
+	return nil
+}
+
+func (x *Suspension) GetTime() int64 {
+	if x != nil {
+		return x.Time
+	}
+	return 0
+}
+
 // ProcessID identifies a broker (or consumer) process: an allocator member.
 type ProcessID struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -458,7 +545,7 @@ type ProcessID struct {
 
 func (x *ProcessID) Reset() {
 	*x = ProcessID{}
-	mi := &file_protocol_proto_msgTypes[2]
+	mi := &file_protocol_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +557,7 @@ func (x *ProcessID) String() string {
 func (*ProcessID) ProtoMessage() {}
 
 func (x *ProcessID) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[2]
+	mi := &file_protocol_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +570,7 @@ func (x *ProcessID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessID.ProtoReflect.Descriptor instead.
 func (*ProcessID) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{2}
+	return file_protocol_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ProcessID) GetZone() string {
@@ -515,7 +602,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_protocol_proto_msgTypes[3]
+	mi := &file_protocol_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +614,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[3]
+	mi := &file_protocol_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +627,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{3}
+	return file_protocol_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Route) GetMembers() []*ProcessID {
@@ -578,7 +665,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_protocol_proto_msgTypes[4]
+	mi := &file_protocol_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +677,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[4]
+	mi := &file_protocol_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +690,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{4}
+	return file_protocol_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Header) GetProcessId() *ProcessID {
@@ -646,7 +733,7 @@ type Fragment struct {
 
 func (x *Fragment) Reset() {
 	*x = Fragment{}
-	mi := &file_protocol_proto_msgTypes[5]
+	mi := &file_protocol_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +745,7 @@ func (x *Fragment) String() string {
 func (*Fragment) ProtoMessage() {}
 
 func (x *Fragment) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[5]
+	mi := &file_protocol_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +758,7 @@ func (x *Fragment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fragment.ProtoReflect.Descriptor instead.
 func (*Fragment) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{5}
+	return file_protocol_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Fragment) GetJournal() string {
@@ -766,7 +853,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_protocol_proto_msgTypes[6]
+	mi := &file_protocol_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +865,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[6]
+	mi := &file_protocol_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +878,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{6}
+	return file_protocol_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AppendRequest) GetHeader() *Header {
@@ -888,7 +975,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_protocol_proto_msgTypes[7]
+	mi := &file_protocol_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +987,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[7]
+	mi := &file_protocol_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1000,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{7}
+	return file_protocol_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AppendResponse) GetStatus() Status {
@@ -973,7 +1060,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_protocol_proto_msgTypes[8]
+	mi := &file_protocol_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1072,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[8]
+	mi := &file_protocol_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1085,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{8}
+	return file_protocol_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplicateRequest) GetHeader() *Header {
@@ -1069,7 +1156,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_protocol_proto_msgTypes[9]
+	mi := &file_protocol_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1168,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[9]
+	mi := &file_protocol_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1181,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{9}
+	return file_protocol_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplicateResponse) GetStatus() Status {
@@ -1153,7 +1240,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_protocol_proto_msgTypes[10]
+	mi := &file_protocol_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1252,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[10]
+	mi := &file_protocol_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1265,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{10}
+	return file_protocol_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReadRequest) GetHeader() *Header {
@@ -1249,7 +1336,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_protocol_proto_msgTypes[11]
+	mi := &file_protocol_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1348,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[11]
+	mi := &file_protocol_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1361,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{11}
+	return file_protocol_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadResponse) GetStatus() Status {
@@ -1343,7 +1430,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_protocol_proto_msgTypes[12]
+	mi := &file_protocol_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1442,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[12]
+	mi := &file_protocol_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1455,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{12}
+	return file_protocol_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetSelector() string {
@@ -1396,7 +1483,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_protocol_proto_msgTypes[13]
+	mi := &file_protocol_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1495,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[13]
+	mi := &file_protocol_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1508,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{13}
+	return file_protocol_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetStatus() Status {
@@ -1454,7 +1541,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_protocol_proto_msgTypes[14]
+	mi := &file_protocol_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1553,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[14]
+	mi := &file_protocol_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1566,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{14}
+	return file_protocol_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyRequest) GetChanges() []*ApplyRequest_Change {
@@ -1505,7 +1592,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_protocol_proto_msgTypes[15]
+	mi := &file_protocol_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1604,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[15]
+	mi := &file_protocol_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1617,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{15}
+	return file_protocol_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApplyResponse) GetStatus() Status {
@@ -1585,7 +1672,7 @@ type FragmentsRequest struct {
 
 func (x *FragmentsRequest) Reset() {
 	*x = FragmentsRequest{}
-	mi := &file_protocol_proto_msgTypes[16]
+	mi := &file_protocol_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1684,7 @@ func (x *FragmentsRequest) String() string {
 func (*FragmentsRequest) ProtoMessage() {}
 
 func (x *FragmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[16]
+	mi := &file_protocol_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1697,7 @@ func (x *FragmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FragmentsRequest.ProtoReflect.Descriptor instead.
 func (*FragmentsRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{16}
+	return file_protocol_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FragmentsRequest) GetHeader() *Header {
@@ -1688,7 +1775,7 @@ type FragmentsResponse struct {
 
 func (x *FragmentsResponse) Reset() {
 	*x = FragmentsResponse{}
-	mi := &file_protocol_proto_msgTypes[17]
+	mi := &file_protocol_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1787,7 @@ func (x *FragmentsResponse) String() string {
 func (*FragmentsResponse) ProtoMessage() {}
 
 func (x *FragmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[17]
+	mi := &file_protocol_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1800,7 @@ func (x *FragmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FragmentsResponse.ProtoReflect.Descriptor instead.
 func (*FragmentsResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{17}
+	return file_protocol_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FragmentsResponse) GetStatus() Status {
@@ -1763,7 +1850,7 @@ type StoreHealthRequest struct {
 
 func (x *StoreHealthRequest) Reset() {
 	*x = StoreHealthRequest{}
-	mi := &file_protocol_proto_msgTypes[18]
+	mi := &file_protocol_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1862,7 @@ func (x *StoreHealthRequest) String() string {
 func (*StoreHealthRequest) ProtoMessage() {}
 
 func (x *StoreHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[18]
+	mi := &file_protocol_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1875,7 @@ func (x *StoreHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreHealthRequest.ProtoReflect.Descriptor instead.
 func (*StoreHealthRequest) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{18}
+	return file_protocol_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StoreHealthRequest) GetHeader() *Header {
@@ -1825,7 +1912,7 @@ type StoreHealthResponse struct {
 
 func (x *StoreHealthResponse) Reset() {
 	*x = StoreHealthResponse{}
-	mi := &file_protocol_proto_msgTypes[19]
+	mi := &file_protocol_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1924,7 @@ func (x *StoreHealthResponse) String() string {
 func (*StoreHealthResponse) ProtoMessage() {}
 
 func (x *StoreHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[19]
+	mi := &file_protocol_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1937,7 @@ func (x *StoreHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreHealthResponse.ProtoReflect.Descriptor instead.
 func (*StoreHealthResponse) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{19}
+	return file_protocol_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StoreHealthResponse) GetStatus() Status {
@@ -1870,6 +1957,130 @@ func (x *StoreHealthResponse) GetHeader() *Header {
 func (x *StoreHealthResponse) GetBrokers() []*StoreHealthResponse_Broker {
 	if x != nil {
 		return x.Brokers
+	}
+	return nil
+}
+
+// SuspendRequest suspends a journal (see Suspension), or resumes it.
+type SuspendRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set by a broker that passes the request on to the journal's primary.
+	Header  *Header `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Journal string  `protobuf:"bytes,2,opt,name=journal,proto3" json:"journal,omitempty"`
+	// Resume the journal rather than suspend it.
+	Resume        bool `protobuf:"varint,3,opt,name=resume,proto3" json:"resume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendRequest) Reset() {
+	*x = SuspendRequest{}
+	mi := &file_protocol_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendRequest) ProtoMessage() {}
+
+func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
+func (*SuspendRequest) Descriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SuspendRequest) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SuspendRequest) GetJournal() string {
+	if x != nil {
+		return x.Journal
+	}
+	return ""
+}
+
+func (x *SuspendRequest) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
+}
+
+type SuspendResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
+	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
+	// The journal's suspension as the request left it.
+	Suspension    *Suspension `protobuf:"bytes,3,opt,name=suspension,proto3" json:"suspension,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendResponse) Reset() {
+	*x = SuspendResponse{}
+	mi := &file_protocol_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendResponse) ProtoMessage() {}
+
+func (x *SuspendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendResponse.ProtoReflect.Descriptor instead.
+func (*SuspendResponse) Descriptor() ([]byte, []int) {
+	return file_protocol_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SuspendResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_OK
+}
+
+func (x *SuspendResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SuspendResponse) GetSuspension() *Suspension {
+	if x != nil {
+		return x.Suspension
 	}
 	return nil
 }
@@ -1898,7 +2109,7 @@ type JournalSpec_Fragment struct {
 
 func (x *JournalSpec_Fragment) Reset() {
 	*x = JournalSpec_Fragment{}
-	mi := &file_protocol_proto_msgTypes[20]
+	mi := &file_protocol_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2121,7 @@ func (x *JournalSpec_Fragment) String() string {
 func (*JournalSpec_Fragment) ProtoMessage() {}
 
 func (x *JournalSpec_Fragment) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[20]
+	mi := &file_protocol_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2198,7 @@ type ListResponse_Journal struct {
 
 func (x *ListResponse_Journal) Reset() {
 	*x = ListResponse_Journal{}
-	mi := &file_protocol_proto_msgTypes[21]
+	mi := &file_protocol_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2210,7 @@ func (x *ListResponse_Journal) String() string {
 func (*ListResponse_Journal) ProtoMessage() {}
 
 func (x *ListResponse_Journal) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[21]
+	mi := &file_protocol_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2223,7 @@ func (x *ListResponse_Journal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse_Journal.ProtoReflect.Descriptor instead.
 func (*ListResponse_Journal) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{13, 0}
+	return file_protocol_proto_rawDescGZIP(), []int{14, 0}
 }
 
 func (x *ListResponse_Journal) GetSpec() *JournalSpec {
@@ -2056,7 +2267,7 @@ type ApplyRequest_Change struct {
 
 func (x *ApplyRequest_Change) Reset() {
 	*x = ApplyRequest_Change{}
-	mi := &file_protocol_proto_msgTypes[22]
+	mi := &file_protocol_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2279,7 @@ func (x *ApplyRequest_Change) String() string {
 func (*ApplyRequest_Change) ProtoMessage() {}
 
 func (x *ApplyRequest_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[22]
+	mi := &file_protocol_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2292,7 @@ func (x *ApplyRequest_Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest_Change.ProtoReflect.Descriptor instead.
 func (*ApplyRequest_Change) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{14, 0}
+	return file_protocol_proto_rawDescGZIP(), []int{15, 0}
 }
 
 func (x *ApplyRequest_Change) GetExpectModRevision() int64 {
@@ -2115,7 +2326,7 @@ type FragmentsResponse_Info struct {
 
 func (x *FragmentsResponse_Info) Reset() {
 	*x = FragmentsResponse_Info{}
-	mi := &file_protocol_proto_msgTypes[23]
+	mi := &file_protocol_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2338,7 @@ func (x *FragmentsResponse_Info) String() string {
 func (*FragmentsResponse_Info) ProtoMessage() {}
 
 func (x *FragmentsResponse_Info) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[23]
+	mi := &file_protocol_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2351,7 @@ func (x *FragmentsResponse_Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FragmentsResponse_Info.ProtoReflect.Descriptor instead.
 func (*FragmentsResponse_Info) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{17, 0}
+	return file_protocol_proto_rawDescGZIP(), []int{18, 0}
 }
 
 func (x *FragmentsResponse_Info) GetFragment() *Fragment {
@@ -2167,7 +2378,7 @@ type StoreHealthResponse_Step struct {
 
 func (x *StoreHealthResponse_Step) Reset() {
 	*x = StoreHealthResponse_Step{}
-	mi := &file_protocol_proto_msgTypes[24]
+	mi := &file_protocol_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2390,7 @@ func (x *StoreHealthResponse_Step) String() string {
 func (*StoreHealthResponse_Step) ProtoMessage() {}
 
 func (x *StoreHealthResponse_Step) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[24]
+	mi := &file_protocol_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2403,7 @@ func (x *StoreHealthResponse_Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreHealthResponse_Step.ProtoReflect.Descriptor instead.
 func (*StoreHealthResponse_Step) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{19, 0}
+	return file_protocol_proto_rawDescGZIP(), []int{20, 0}
 }
 
 func (x *StoreHealthResponse_Step) GetStep() StoreStep {
@@ -2230,7 +2441,7 @@ type StoreHealthResponse_Store struct {
 
 func (x *StoreHealthResponse_Store) Reset() {
 	*x = StoreHealthResponse_Store{}
-	mi := &file_protocol_proto_msgTypes[25]
+	mi := &file_protocol_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2453,7 @@ func (x *StoreHealthResponse_Store) String() string {
 func (*StoreHealthResponse_Store) ProtoMessage() {}
 
 func (x *StoreHealthResponse_Store) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[25]
+	mi := &file_protocol_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2466,7 @@ func (x *StoreHealthResponse_Store) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreHealthResponse_Store.ProtoReflect.Descriptor instead.
 func (*StoreHealthResponse_Store) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{19, 1}
+	return file_protocol_proto_rawDescGZIP(), []int{20, 1}
 }
 
 func (x *StoreHealthResponse_Store) GetUrl() string {
@@ -2320,7 +2531,7 @@ type StoreHealthResponse_Broker struct {
 
 func (x *StoreHealthResponse_Broker) Reset() {
 	*x = StoreHealthResponse_Broker{}
-	mi := &file_protocol_proto_msgTypes[26]
+	mi := &file_protocol_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2543,7 @@ func (x *StoreHealthResponse_Broker) String() string {
 func (*StoreHealthResponse_Broker) ProtoMessage() {}
 
 func (x *StoreHealthResponse_Broker) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_proto_msgTypes[26]
+	mi := &file_protocol_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2556,7 @@ func (x *StoreHealthResponse_Broker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreHealthResponse_Broker.ProtoReflect.Descriptor instead.
 func (*StoreHealthResponse_Broker) Descriptor() ([]byte, []int) {
-	return file_protocol_proto_rawDescGZIP(), []int{19, 2}
+	return file_protocol_proto_rawDescGZIP(), []int{20, 2}
 }
 
 func (x *StoreHealthResponse_Broker) GetProcessId() *ProcessID {
@@ -2383,14 +2594,17 @@ const file_protocol_proto_rawDesc = "" +
 	"\x0eprotocol.proto\x12\x0equire.protocol\x1a\x1egoogle/protobuf/duration.proto\"1\n" +
 	"\x05Label\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xcd\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x89\x05\n" +
 	"\vJournalSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vreplication\x18\x02 \x01(\x05R\vreplication\x12-\n" +
 	"\x06labels\x18\x03 \x03(\v2\x15.quire.protocol.LabelR\x06labels\x12@\n" +
 	"\bfragment\x18\x04 \x01(\v2$.quire.protocol.JournalSpec.FragmentR\bfragment\x12.\n" +
 	"\x06access\x18\x05 \x01(\x0e2\x16.quire.protocol.AccessR\x06access\x12&\n" +
-	"\x0fmax_append_rate\x18\x06 \x01(\x03R\rmaxAppendRate\x1a\xbe\x02\n" +
+	"\x0fmax_append_rate\x18\x06 \x01(\x03R\rmaxAppendRate\x12:\n" +
+	"\n" +
+	"suspension\x18\a \x01(\v2\x1a.quire.protocol.SuspensionR\n" +
+	"suspension\x1a\xbe\x02\n" +
 	"\bFragment\x12\x16\n" +
 	"\x06length\x18\x01 \x01(\x03R\x06length\x12+\n" +
 	"\x05codec\x18\x02 \x01(\x0e2\x15.quire.protocol.CodecR\x05codec\x12\x16\n" +
@@ -2398,7 +2612,13 @@ const file_protocol_proto_rawDesc = "" +
 	"\x10refresh_interval\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0frefreshInterval\x12@\n" +
 	"\x0eflush_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rflushInterval\x127\n" +
 	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\x12\x14\n" +
-	"\x05fsync\x18\a \x01(\bR\x05fsync\"7\n" +
+	"\x05fsync\x18\a \x01(\bR\x05fsync\"\x85\x01\n" +
+	"\n" +
+	"Suspension\x12\x16\n" +
+	"\x06active\x18\x01 \x01(\bR\x06active\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x123\n" +
+	"\tregisters\x18\x03 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12\x12\n" +
+	"\x04time\x18\x04 \x01(\x03R\x04time\"7\n" +
 	"\tProcessID\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x16\n" +
 	"\x06suffix\x18\x02 \x01(\tR\x06suffix\"v\n" +
@@ -2543,7 +2763,17 @@ const file_protocol_proto_rawDesc = "" +
 	"process_id\x18\x01 \x01(\v2\x19.quire.protocol.ProcessIDR\tprocessId\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12A\n" +
-	"\x06stores\x18\x04 \x03(\v2).quire.protocol.StoreHealthResponse.StoreR\x06stores*`\n" +
+	"\x06stores\x18\x04 \x03(\v2).quire.protocol.StoreHealthResponse.StoreR\x06stores\"r\n" +
+	"\x0eSuspendRequest\x12.\n" +
+	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
+	"\ajournal\x18\x02 \x01(\tR\ajournal\x12\x16\n" +
+	"\x06resume\x18\x03 \x01(\bR\x06resume\"\xad\x01\n" +
+	"\x0fSuspendResponse\x12.\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
+	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12:\n" +
+	"\n" +
+	"suspension\x18\x03 \x01(\v2\x1a.quire.protocol.SuspensionR\n" +
+	"suspension*`\n" +
 	"\x05Codec\x12\x15\n" +
 	"\x11CODEC_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2587,7 +2817,7 @@ const file_protocol_proto_rawDesc = "" +
 	"STORE_READ\x10\x03\x12\x0e\n" +
 	"\n" +
 	"STORE_LIST\x10\x04\x12\x10\n" +
-	"\fSTORE_DELETE\x10\x052\xa6\x04\n" +
+	"\fSTORE_DELETE\x10\x052\xf2\x04\n" +
 	"\aJournal\x12A\n" +
 	"\x04List\x12\x1b.quire.protocol.ListRequest\x1a\x1c.quire.protocol.ListResponse\x12D\n" +
 	"\x05Apply\x12\x1c.quire.protocol.ApplyRequest\x1a\x1d.quire.protocol.ApplyResponse\x12C\n" +
@@ -2595,7 +2825,8 @@ const file_protocol_proto_rawDesc = "" +
 	"\x06Append\x12\x1d.quire.protocol.AppendRequest\x1a\x1e.quire.protocol.AppendResponse(\x01\x12T\n" +
 	"\tReplicate\x12 .quire.protocol.ReplicateRequest\x1a!.quire.protocol.ReplicateResponse(\x010\x01\x12T\n" +
 	"\rListFragments\x12 .quire.protocol.FragmentsRequest\x1a!.quire.protocol.FragmentsResponse\x12V\n" +
-	"\vStoreHealth\x12\".quire.protocol.StoreHealthRequest\x1a#.quire.protocol.StoreHealthResponseB%Z#github.com/quire-dev/quire/protocolb\x06proto3"
+	"\vStoreHealth\x12\".quire.protocol.StoreHealthRequest\x1a#.quire.protocol.StoreHealthResponse\x12J\n" +
+	"\aSuspend\x12\x1e.quire.protocol.SuspendRequest\x1a\x1f.quire.protocol.SuspendResponseB%Z#github.com/quire-dev/quire/protocolb\x06proto3"
 
 var (
 	file_protocol_proto_rawDescOnce sync.Once
@@ -2610,7 +2841,7 @@ func file_protocol_proto_rawDescGZIP() []byte {
 }
 
 var file_protocol_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_protocol_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_protocol_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_protocol_proto_goTypes = []any{
 	(Codec)(0),                         // 0: quire.protocol.Codec
 	(Access)(0),                        // 1: quire.protocol.Access
@@ -2618,107 +2849,118 @@ var file_protocol_proto_goTypes = []any{
 	(StoreStep)(0),                     // 3: quire.protocol.StoreStep
 	(*Label)(nil),                      // 4: quire.protocol.Label
 	(*JournalSpec)(nil),                // 5: quire.protocol.JournalSpec
-	(*ProcessID)(nil),                  // 6: quire.protocol.ProcessID
-	(*Route)(nil),                      // 7: quire.protocol.Route
-	(*Header)(nil),                     // 8: quire.protocol.Header
-	(*Fragment)(nil),                   // 9: quire.protocol.Fragment
-	(*AppendRequest)(nil),              // 10: quire.protocol.AppendRequest
-	(*AppendResponse)(nil),             // 11: quire.protocol.AppendResponse
-	(*ReplicateRequest)(nil),           // 12: quire.protocol.ReplicateRequest
-	(*ReplicateResponse)(nil),          // 13: quire.protocol.ReplicateResponse
-	(*ReadRequest)(nil),                // 14: quire.protocol.ReadRequest
-	(*ReadResponse)(nil),               // 15: quire.protocol.ReadResponse
-	(*ListRequest)(nil),                // 16: quire.protocol.ListRequest
-	(*ListResponse)(nil),               // 17: quire.protocol.ListResponse
-	(*ApplyRequest)(nil),               // 18: quire.protocol.ApplyRequest
-	(*ApplyResponse)(nil),              // 19: quire.protocol.ApplyResponse
-	(*FragmentsRequest)(nil),           // 20: quire.protocol.FragmentsRequest
-	(*FragmentsResponse)(nil),          // 21: quire.protocol.FragmentsResponse
-	(*StoreHealthRequest)(nil),         // 22: quire.protocol.StoreHealthRequest
-	(*StoreHealthResponse)(nil),        // 23: quire.protocol.StoreHealthResponse
-	(*JournalSpec_Fragment)(nil),       // 24: quire.protocol.JournalSpec.Fragment
-	(*ListResponse_Journal)(nil),       // 25: quire.protocol.ListResponse.Journal
-	(*ApplyRequest_Change)(nil),        // 26: quire.protocol.ApplyRequest.Change
-	(*FragmentsResponse_Info)(nil),     // 27: quire.protocol.FragmentsResponse.Info
-	(*StoreHealthResponse_Step)(nil),   // 28: quire.protocol.StoreHealthResponse.Step
-	(*StoreHealthResponse_Store)(nil),  // 29: quire.protocol.StoreHealthResponse.Store
-	(*StoreHealthResponse_Broker)(nil), // 30: quire.protocol.StoreHealthResponse.Broker
-	(*durationpb.Duration)(nil),        // 31: google.protobuf.Duration
+	(*Suspension)(nil),                 // 6: quire.protocol.Suspension
+	(*ProcessID)(nil),                  // 7: quire.protocol.ProcessID
+	(*Route)(nil),                      // 8: quire.protocol.Route
+	(*Header)(nil),                     // 9: quire.protocol.Header
+	(*Fragment)(nil),                   // 10: quire.protocol.Fragment
+	(*AppendRequest)(nil),              // 11: quire.protocol.AppendRequest
+	(*AppendResponse)(nil),             // 12: quire.protocol.AppendResponse
+	(*ReplicateRequest)(nil),           // 13: quire.protocol.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 14: quire.protocol.ReplicateResponse
+	(*ReadRequest)(nil),                // 15: quire.protocol.ReadRequest
+	(*ReadResponse)(nil),               // 16: quire.protocol.ReadResponse
+	(*ListRequest)(nil),                // 17: quire.protocol.ListRequest
+	(*ListResponse)(nil),               // 18: quire.protocol.ListResponse
+	(*ApplyRequest)(nil),               // 19: quire.protocol.ApplyRequest
+	(*ApplyResponse)(nil),              // 20: quire.protocol.ApplyResponse
+	(*FragmentsRequest)(nil),           // 21: quire.protocol.FragmentsRequest
+	(*FragmentsResponse)(nil),          // 22: quire.protocol.FragmentsResponse
+	(*StoreHealthRequest)(nil),         // 23: quire.protocol.StoreHealthRequest
+	(*StoreHealthResponse)(nil),        // 24: quire.protocol.StoreHealthResponse
+	(*SuspendRequest)(nil),             // 25: quire.protocol.SuspendRequest
+	(*SuspendResponse)(nil),            // 26: quire.protocol.SuspendResponse
+	(*JournalSpec_Fragment)(nil),       // 27: quire.protocol.JournalSpec.Fragment
+	(*ListResponse_Journal)(nil),       // 28: quire.protocol.ListResponse.Journal
+	(*ApplyRequest_Change)(nil),        // 29: quire.protocol.ApplyRequest.Change
+	(*FragmentsResponse_Info)(nil),     // 30: quire.protocol.FragmentsResponse.Info
+	(*StoreHealthResponse_Step)(nil),   // 31: quire.protocol.StoreHealthResponse.Step
+	(*StoreHealthResponse_Store)(nil),  // 32: quire.protocol.StoreHealthResponse.Store
+	(*StoreHealthResponse_Broker)(nil), // 33: quire.protocol.StoreHealthResponse.Broker
+	(*durationpb.Duration)(nil),        // 34: google.protobuf.Duration
 }
 var file_protocol_proto_depIdxs = []int32{
 	4,  // 0: quire.protocol.JournalSpec.labels:type_name -> quire.protocol.Label
-	24, // 1: quire.protocol.JournalSpec.fragment:type_name -> quire.protocol.JournalSpec.Fragment
+	27, // 1: quire.protocol.JournalSpec.fragment:type_name -> quire.protocol.JournalSpec.Fragment
 	1,  // 2: quire.protocol.JournalSpec.access:type_name -> quire.protocol.Access
-	6,  // 3: quire.protocol.Route.members:type_name -> quire.protocol.ProcessID
-	6,  // 4: quire.protocol.Header.process_id:type_name -> quire.protocol.ProcessID
-	7,  // 5: quire.protocol.Header.route:type_name -> quire.protocol.Route
-	0,  // 6: quire.protocol.Fragment.codec:type_name -> quire.protocol.Codec
-	8,  // 7: quire.protocol.AppendRequest.header:type_name -> quire.protocol.Header
-	4,  // 8: quire.protocol.AppendRequest.union_registers:type_name -> quire.protocol.Label
-	4,  // 9: quire.protocol.AppendRequest.subtract_registers:type_name -> quire.protocol.Label
-	2,  // 10: quire.protocol.AppendResponse.status:type_name -> quire.protocol.Status
-	8,  // 11: quire.protocol.AppendResponse.header:type_name -> quire.protocol.Header
-	9,  // 12: quire.protocol.AppendResponse.commit:type_name -> quire.protocol.Fragment
-	4,  // 13: quire.protocol.AppendResponse.registers:type_name -> quire.protocol.Label
-	8,  // 14: quire.protocol.ReplicateRequest.header:type_name -> quire.protocol.Header
-	9,  // 15: quire.protocol.ReplicateRequest.proposal:type_name -> quire.protocol.Fragment
-	4,  // 16: quire.protocol.ReplicateRequest.registers:type_name -> quire.protocol.Label
-	2,  // 17: quire.protocol.ReplicateResponse.status:type_name -> quire.protocol.Status
-	8,  // 18: quire.protocol.ReplicateResponse.header:type_name -> quire.protocol.Header
-	9,  // 19: quire.protocol.ReplicateResponse.fragment:type_name -> quire.protocol.Fragment
-	4,  // 20: quire.protocol.ReplicateResponse.registers:type_name -> quire.protocol.Label
-	8,  // 21: quire.protocol.ReadRequest.header:type_name -> quire.protocol.Header
-	2,  // 22: quire.protocol.ReadResponse.status:type_name -> quire.protocol.Status
-	8,  // 23: quire.protocol.ReadResponse.header:type_name -> quire.protocol.Header
-	9,  // 24: quire.protocol.ReadResponse.fragment:type_name -> quire.protocol.Fragment
-	2,  // 25: quire.protocol.ListResponse.status:type_name -> quire.protocol.Status
-	8,  // 26: quire.protocol.ListResponse.header:type_name -> quire.protocol.Header
-	25, // 27: quire.protocol.ListResponse.journals:type_name -> quire.protocol.ListResponse.Journal
-	26, // 28: quire.protocol.ApplyRequest.changes:type_name -> quire.protocol.ApplyRequest.Change
-	2,  // 29: quire.protocol.ApplyResponse.status:type_name -> quire.protocol.Status
-	8,  // 30: quire.protocol.ApplyResponse.header:type_name -> quire.protocol.Header
-	8,  // 31: quire.protocol.FragmentsRequest.header:type_name -> quire.protocol.Header
-	31, // 32: quire.protocol.FragmentsRequest.signature_ttl:type_name -> google.protobuf.Duration
-	2,  // 33: quire.protocol.FragmentsResponse.status:type_name -> quire.protocol.Status
-	8,  // 34: quire.protocol.FragmentsResponse.header:type_name -> quire.protocol.Header
-	27, // 35: quire.protocol.FragmentsResponse.fragments:type_name -> quire.protocol.FragmentsResponse.Info
-	8,  // 36: quire.protocol.StoreHealthRequest.header:type_name -> quire.protocol.Header
-	2,  // 37: quire.protocol.StoreHealthResponse.status:type_name -> quire.protocol.Status
-	8,  // 38: quire.protocol.StoreHealthResponse.header:type_name -> quire.protocol.Header
-	30, // 39: quire.protocol.StoreHealthResponse.brokers:type_name -> quire.protocol.StoreHealthResponse.Broker
-	0,  // 40: quire.protocol.JournalSpec.Fragment.codec:type_name -> quire.protocol.Codec
-	31, // 41: quire.protocol.JournalSpec.Fragment.refresh_interval:type_name -> google.protobuf.Duration
-	31, // 42: quire.protocol.JournalSpec.Fragment.flush_interval:type_name -> google.protobuf.Duration
-	31, // 43: quire.protocol.JournalSpec.Fragment.retention:type_name -> google.protobuf.Duration
-	5,  // 44: quire.protocol.ListResponse.Journal.spec:type_name -> quire.protocol.JournalSpec
-	7,  // 45: quire.protocol.ListResponse.Journal.route:type_name -> quire.protocol.Route
-	5,  // 46: quire.protocol.ApplyRequest.Change.upsert:type_name -> quire.protocol.JournalSpec
-	9,  // 47: quire.protocol.FragmentsResponse.Info.fragment:type_name -> quire.protocol.Fragment
-	3,  // 48: quire.protocol.StoreHealthResponse.Step.step:type_name -> quire.protocol.StoreStep
-	31, // 49: quire.protocol.StoreHealthResponse.Step.latency:type_name -> google.protobuf.Duration
-	3,  // 50: quire.protocol.StoreHealthResponse.Store.failed_step:type_name -> quire.protocol.StoreStep
-	28, // 51: quire.protocol.StoreHealthResponse.Store.passed:type_name -> quire.protocol.StoreHealthResponse.Step
-	6,  // 52: quire.protocol.StoreHealthResponse.Broker.process_id:type_name -> quire.protocol.ProcessID
-	29, // 53: quire.protocol.StoreHealthResponse.Broker.stores:type_name -> quire.protocol.StoreHealthResponse.Store
-	16, // 54: quire.protocol.Journal.List:input_type -> quire.protocol.ListRequest
-	18, // 55: quire.protocol.Journal.Apply:input_type -> quire.protocol.ApplyRequest
-	14, // 56: quire.protocol.Journal.Read:input_type -> quire.protocol.ReadRequest
-	10, // 57: quire.protocol.Journal.Append:input_type -> quire.protocol.AppendRequest
-	12, // 58: quire.protocol.Journal.Replicate:input_type -> quire.protocol.ReplicateRequest
-	20, // 59: quire.protocol.Journal.ListFragments:input_type -> quire.protocol.FragmentsRequest
-	22, // 60: quire.protocol.Journal.StoreHealth:input_type -> quire.protocol.StoreHealthRequest
-	17, // 61: quire.protocol.Journal.List:output_type -> quire.protocol.ListResponse
-	19, // 62: quire.protocol.Journal.Apply:output_type -> quire.protocol.ApplyResponse
-	15, // 63: quire.protocol.Journal.Read:output_type -> quire.protocol.ReadResponse
-	11, // 64: quire.protocol.Journal.Append:output_type -> quire.protocol.AppendResponse
-	13, // 65: quire.protocol.Journal.Replicate:output_type -> quire.protocol.ReplicateResponse
-	21, // 66: quire.protocol.Journal.ListFragments:output_type -> quire.protocol.FragmentsResponse
-	23, // 67: quire.protocol.Journal.StoreHealth:output_type -> quire.protocol.StoreHealthResponse
-	61, // [61:68] is the sub-list for method output_type
-	54, // [54:61] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	6,  // 3: quire.protocol.JournalSpec.suspension:type_name -> quire.protocol.Suspension
+	4,  // 4: quire.protocol.Suspension.registers:type_name -> quire.protocol.Label
+	7,  // 5: quire.protocol.Route.members:type_name -> quire.protocol.ProcessID
+	7,  // 6: quire.protocol.Header.process_id:type_name -> quire.protocol.ProcessID
+	8,  // 7: quire.protocol.Header.route:type_name -> quire.protocol.Route
+	0,  // 8: quire.protocol.Fragment.codec:type_name -> quire.protocol.Codec
+	9,  // 9: quire.protocol.AppendRequest.header:type_name -> quire.protocol.Header
+	4,  // 10: quire.protocol.AppendRequest.union_registers:type_name -> quire.protocol.Label
+	4,  // 11: quire.protocol.AppendRequest.subtract_registers:type_name -> quire.protocol.Label
+	2,  // 12: quire.protocol.AppendResponse.status:type_name -> quire.protocol.Status
+	9,  // 13: quire.protocol.AppendResponse.header:type_name -> quire.protocol.Header
+	10, // 14: quire.protocol.AppendResponse.commit:type_name -> quire.protocol.Fragment
+	4,  // 15: quire.protocol.AppendResponse.registers:type_name -> quire.protocol.Label
+	9,  // 16: quire.protocol.ReplicateRequest.header:type_name -> quire.protocol.Header
+	10, // 17: quire.protocol.ReplicateRequest.proposal:type_name -> quire.protocol.Fragment
+	4,  // 18: quire.protocol.ReplicateRequest.registers:type_name -> quire.protocol.Label
+	2,  // 19: quire.protocol.ReplicateResponse.status:type_name -> quire.protocol.Status
+	9,  // 20: quire.protocol.ReplicateResponse.header:type_name -> quire.protocol.Header
+	10, // 21: quire.protocol.ReplicateResponse.fragment:type_name -> quire.protocol.Fragment
+	4,  // 22: quire.protocol.ReplicateResponse.registers:type_name -> quire.protocol.Label
+	9,  // 23: quire.protocol.ReadRequest.header:type_name -> quire.protocol.Header
+	2,  // 24: quire.protocol.ReadResponse.status:type_name -> quire.protocol.Status
+	9,  // 25: quire.protocol.ReadResponse.header:type_name -> quire.protocol.Header
+	10, // 26: quire.protocol.ReadResponse.fragment:type_name -> quire.protocol.Fragment
+	2,  // 27: quire.protocol.ListResponse.status:type_name -> quire.protocol.Status
+	9,  // 28: quire.protocol.ListResponse.header:type_name -> quire.protocol.Header
+	28, // 29: quire.protocol.ListResponse.journals:type_name -> quire.protocol.ListResponse.Journal
+	29, // 30: quire.protocol.ApplyRequest.changes:type_name -> quire.protocol.ApplyRequest.Change
+	2,  // 31: quire.protocol.ApplyResponse.status:type_name -> quire.protocol.Status
+	9,  // 32: quire.protocol.ApplyResponse.header:type_name -> quire.protocol.Header
+	9,  // 33: quire.protocol.FragmentsRequest.header:type_name -> quire.protocol.Header
+	34, // 34: quire.protocol.FragmentsRequest.signature_ttl:type_name -> google.protobuf.Duration
+	2,  // 35: quire.protocol.FragmentsResponse.status:type_name -> quire.protocol.Status
+	9,  // 36: quire.protocol.FragmentsResponse.header:type_name -> quire.protocol.Header
+	30, // 37: quire.protocol.FragmentsResponse.fragments:type_name -> quire.protocol.FragmentsResponse.Info
+	9,  // 38: quire.protocol.StoreHealthRequest.header:type_name -> quire.protocol.Header
+	2,  // 39: quire.protocol.StoreHealthResponse.status:type_name -> quire.protocol.Status
+	9,  // 40: quire.protocol.StoreHealthResponse.header:type_name -> quire.protocol.Header
+	33, // 41: quire.protocol.StoreHealthResponse.brokers:type_name -> quire.protocol.StoreHealthResponse.Broker
+	9,  // 42: quire.protocol.SuspendRequest.header:type_name -> quire.protocol.Header
+	2,  // 43: quire.protocol.SuspendResponse.status:type_name -> quire.protocol.Status
+	9,  // 44: quire.protocol.SuspendResponse.header:type_name -> quire.protocol.Header
+	6,  // 45: quire.protocol.SuspendResponse.suspension:type_name -> quire.protocol.Suspension
+	0,  // 46: quire.protocol.JournalSpec.Fragment.codec:type_name -> quire.protocol.Codec
+	34, // 47: quire.protocol.JournalSpec.Fragment.refresh_interval:type_name -> google.protobuf.Duration
+	34, // 48: quire.protocol.JournalSpec.Fragment.flush_interval:type_name -> google.protobuf.Duration
+	34, // 49: quire.protocol.JournalSpec.Fragment.retention:type_name -> google.protobuf.Duration
+	5,  // 50: quire.protocol.ListResponse.Journal.spec:type_name -> quire.protocol.JournalSpec
+	8,  // 51: quire.protocol.ListResponse.Journal.route:type_name -> quire.protocol.Route
+	5,  // 52: quire.protocol.ApplyRequest.Change.upsert:type_name -> quire.protocol.JournalSpec
+	10, // 53: quire.protocol.FragmentsResponse.Info.fragment:type_name -> quire.protocol.Fragment
+	3,  // 54: quire.protocol.StoreHealthResponse.Step.step:type_name -> quire.protocol.StoreStep
+	34, // 55: quire.protocol.StoreHealthResponse.Step.latency:type_name -> google.protobuf.Duration
+	3,  // 56: quire.protocol.StoreHealthResponse.Store.failed_step:type_name -> quire.protocol.StoreStep
+	31, // 57: quire.protocol.StoreHealthResponse.Store.passed:type_name -> quire.protocol.StoreHealthResponse.Step
+	7,  // 58: quire.protocol.StoreHealthResponse.Broker.process_id:type_name -> quire.protocol.ProcessID
+	32, // 59: quire.protocol.StoreHealthResponse.Broker.stores:type_name -> quire.protocol.StoreHealthResponse.Store
+	17, // 60: quire.protocol.Journal.List:input_type -> quire.protocol.ListRequest
+	19, // 61: quire.protocol.Journal.Apply:input_type -> quire.protocol.ApplyRequest
+	15, // 62: quire.protocol.Journal.Read:input_type -> quire.protocol.ReadRequest
+	11, // 63: quire.protocol.Journal.Append:input_type -> quire.protocol.AppendRequest
+	13, // 64: quire.protocol.Journal.Replicate:input_type -> quire.protocol.ReplicateRequest
+	21, // 65: quire.protocol.Journal.ListFragments:input_type -> quire.protocol.FragmentsRequest
+	23, // 66: quire.protocol.Journal.StoreHealth:input_type -> quire.protocol.StoreHealthRequest
+	25, // 67: quire.protocol.Journal.Suspend:input_type -> quire.protocol.SuspendRequest
+	18, // 68: quire.protocol.Journal.List:output_type -> quire.protocol.ListResponse
+	20, // 69: quire.protocol.Journal.Apply:output_type -> quire.protocol.ApplyResponse
+	16, // 70: quire.protocol.Journal.Read:output_type -> quire.protocol.ReadResponse
+	12, // 71: quire.protocol.Journal.Append:output_type -> quire.protocol.AppendResponse
+	14, // 72: quire.protocol.Journal.Replicate:output_type -> quire.protocol.ReplicateResponse
+	22, // 73: quire.protocol.Journal.ListFragments:output_type -> quire.protocol.FragmentsResponse
+	24, // 74: quire.protocol.Journal.StoreHealth:output_type -> quire.protocol.StoreHealthResponse
+	26, // 75: quire.protocol.Journal.Suspend:output_type -> quire.protocol.SuspendResponse
+	68, // [68:76] is the sub-list for method output_type
+	60, // [60:68] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_protocol_proto_init() }
@@ -2726,14 +2968,14 @@ func file_protocol_proto_init() {
 	if File_protocol_proto != nil {
 		return
 	}
-	file_protocol_proto_msgTypes[6].OneofWrappers = []any{}
+	file_protocol_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_proto_rawDesc), len(file_protocol_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   27,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

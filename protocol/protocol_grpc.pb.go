@@ -30,6 +30,7 @@ const (
 	Journal_Replicate_FullMethodName     = "/quire.protocol.Journal/Replicate"
 	Journal_ListFragments_FullMethodName = "/quire.protocol.Journal/ListFragments"
 	Journal_StoreHealth_FullMethodName   = "/quire.protocol.Journal/StoreHealth"
+	Journal_Suspend_FullMethodName       = "/quire.protocol.Journal/Suspend"
 )
 
 // JournalClient is the client API for Journal service.
@@ -47,6 +48,9 @@ type JournalClient interface {
 	// StoreHealth checks, on every broker, the fragment stores of the
 	// selected journals and each broker's default store.
 	StoreHealth(ctx context.Context, in *StoreHealthRequest, opts ...grpc.CallOption) (*StoreHealthResponse, error)
+	// Suspend persists a journal's content and releases its replicas, or
+	// resumes it.
+	Suspend(ctx context.Context, in *SuspendRequest, opts ...grpc.CallOption) (*SuspendResponse, error)
 }
 
 type journalClient struct {
@@ -142,6 +146,16 @@ func (c *journalClient) StoreHealth(ctx context.Context, in *StoreHealthRequest,
 	return out, nil
 }
 
+func (c *journalClient) Suspend(ctx context.Context, in *SuspendRequest, opts ...grpc.CallOption) (*SuspendResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SuspendResponse)
+	err := c.cc.Invoke(ctx, Journal_Suspend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JournalServer is the server API for Journal service.
 // All implementations must embed UnimplementedJournalServer
 // for forward compatibility.
@@ -157,6 +171,9 @@ type JournalServer interface {
 	// StoreHealth checks, on every broker, the fragment stores of the
 	// selected journals and each broker's default store.
 	StoreHealth(context.Context, *StoreHealthRequest) (*StoreHealthResponse, error)
+	// Suspend persists a journal's content and releases its replicas, or
+	// resumes it.
+	Suspend(context.Context, *SuspendRequest) (*SuspendResponse, error)
 	mustEmbedUnimplementedJournalServer()
 }
 
@@ -187,6 +204,9 @@ func (UnimplementedJournalServer) ListFragments(context.Context, *FragmentsReque
 }
 func (UnimplementedJournalServer) StoreHealth(context.Context, *StoreHealthRequest) (*StoreHealthResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method StoreHealth not implemented")
+}
+func (UnimplementedJournalServer) Suspend(context.Context, *SuspendRequest) (*SuspendResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Suspend not implemented")
 }
 func (UnimplementedJournalServer) mustEmbedUnimplementedJournalServer() {}
 func (UnimplementedJournalServer) testEmbeddedByValue()                 {}
@@ -306,6 +326,24 @@ func _Journal_StoreHealth_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Journal_Suspend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServer).Suspend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Journal_Suspend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServer).Suspend(ctx, req.(*SuspendRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Journal_ServiceDesc is the grpc.ServiceDesc for Journal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -328,6 +366,10 @@ var Journal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StoreHealth",
 			Handler:    _Journal_StoreHealth_Handler,
+		},
+		{
+			MethodName: "Suspend",
+			Handler:    _Journal_Suspend_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -474,3 +474,18 @@ func (r *ReplicateRequest) Validate() error {
 	}
 	return nil
 }
+
+// Validate checks a SuspendRequest: its header, if set, is valid, and it
+// names a valid journal.
+func (r *SuspendRequest) Validate() error {
+	if r == nil {
+		return fmt.Errorf("request: missing")
+	}
+	if err := validateOptionalHeader(r.Header); err != nil {
+		return err
+	}
+	if err := ValidateJournalName(r.Journal); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return nil
+}

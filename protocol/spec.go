@@ -97,8 +97,16 @@ func (s *JournalSpec) WithDefaults() *JournalSpec {
 }
 
 // DesiredReplication returns the spec's replication, so that a decoded
-// spec is an allocator ItemValue.
-func (s *JournalSpec) DesiredReplication() int { return int(s.GetReplication()) }
+// spec is an allocator ItemValue: none while the journal is suspended.
+func (s *JournalSpec) DesiredReplication() int {
+	if s.Suspended() {
+		return 0
+	}
+	return int(s.GetReplication())
+}
+
+// Suspended tells whether the journal is suspended (see Suspension).
+func (s *JournalSpec) Suspended() bool { return s.GetSuspension().GetActive() }
 
 // Validate returns an error if s is not a valid journal spec, naming the
 // first offending field by its path and quoting its value, such as
@@ -111,7 +119,8 @@ func (s *JournalSpec) DesiredReplication() int { return int(s.GetReplication()) 
 // "prefix"; fragment.length is 1 KiB to 4 GiB; codec and access are known
 // values; stores are at most 16 distinct valid store URLs
 // (ValidateStoreURL); refreshInterval is at least 1s; flushInterval and
-// retention are not negative; maxAppendRate is not negative.
+// retention are not negative; maxAppendRate is not negative; a suspension's
+// offset is not negative and its registers are a valid label set.
 func (s *JournalSpec) Validate() error { return s.validate("") }
 
 func (s *JournalSpec) validate(path string) error {
@@ -135,6 +144,14 @@ func (s *JournalSpec) validate(path string) error {
 	}
 	if s.MaxAppendRate < 0 {
 		return fmt.Errorf("%s: %d is negative", fieldPath(path, "maxAppendRate"), s.MaxAppendRate)
+	}
+	if sp := s.Suspension; sp != nil {
+		if sp.Offset < 0 {
+			return fmt.Errorf("%s: %d is negative", fieldPath(path, "suspension.offset"), sp.Offset)
+		}
+		if err := validateLabels(fieldPath(path, "suspension.registers"), sp.Registers, false); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -400,6 +400,14 @@ type (
 		Fragment      *fragmentYAML  `yaml:"fragment,omitempty" json:"fragment,omitempty"`
 		Access        string         `yaml:"access,omitempty" json:"access,omitempty"`
 		MaxAppendRate any            `yaml:"maxAppendRate,omitempty" json:"maxAppendRate,omitempty"`
+		// Only in JSON: a spec file never holds one (see Suspension).
+		Suspension *suspensionJSON `yaml:"-" json:"suspension,omitempty"`
+	}
+	suspensionJSON struct {
+		Active    bool   `json:"active"`
+		Offset    int64  `json:"offset"`
+		Registers string `json:"registers,omitempty"`
+		Time      string `json:"time"`
 	}
 	fragmentYAML struct {
 		Length          any      `yaml:"length,omitempty" json:"length,omitempty"`
@@ -453,12 +461,16 @@ func FormatSpecFile(specs []*JournalSpec) ([]byte, error) {
 
 // SpecJSON is the JSON form of a spec that `quire journals list -o json`
 // prints: the spec file's fields (labels as a map, durations as "1m"),
-// with sizes as numbers of bytes.
+// with sizes as numbers of bytes, and the journal's suspension, if any.
 func SpecJSON(s *JournalSpec) (json.RawMessage, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	j := formatJournal(s)
+	if sp := s.Suspension; sp != nil {
+		j.Suspension = &suspensionJSON{Active: sp.Active, Offset: sp.Offset,
+			Registers: LabelsOf(sp.Registers).String(), Time: time.Unix(sp.Time, 0).UTC().Format(time.RFC3339)}
+	}
 	if s.MaxAppendRate != 0 {
 		j.MaxAppendRate = s.MaxAppendRate
 	}

@@ -51,6 +51,7 @@ type brokerFlags struct {
 	console                    consoleFlags
 	limit                      int
 	lease, isolation, drain    time.Duration
+	suspendIdle                time.Duration
 	tls, etcdTLS               tlsconfig.Files
 	etcdUser                   etcdclient.User
 	auth                       authflag.Server
@@ -95,6 +96,7 @@ fail over when its lease expires.`,
 	fl.DurationVar(&f.lease, "lease", 10*time.Second, "how long the broker's keys outlive it if it dies")
 	fl.DurationVar(&f.drain, "drain-timeout", 20*time.Second, "how long a drain waits for other brokers to take the broker's journals; then those left fail over at once (0: wait as long as it takes)")
 	fl.DurationVar(&f.isolation, "isolation-timeout", 0, "how long the broker may reach etcd but none of its peers (two or more) before it gives its journals up and exits; also how long a peer goes unreached before the broker reports it cut, and the reports choose which broker of a cut resigns (default 3 × --lease; negative: never)")
+	fl.DurationVar(&f.suspendIdle, "suspend-idle", 0, "suspend journals that no one appended to for this long: persist their content and release their replicas (see quire journals suspend; 0: never)")
 	f.admin.AddFlags(fl, "")
 	f.console.addFlags(fl, "")
 	f.tls.AddFlags(fl, "tls", "QUIRE_TLS", "the broker (to its clients, and to other brokers as their client)")
@@ -143,6 +145,9 @@ func (f *brokerFlags) validate() error {
 	}
 	if f.drain < 0 {
 		return usagef("--drain-timeout %s: want 0 (wait as long as it takes) or a positive duration", f.drain)
+	}
+	if f.suspendIdle < 0 {
+		return usagef("--suspend-idle %s: want 0 (never) or a positive duration", f.suspendIdle)
 	}
 	if f.isolation > 0 && f.isolation <= f.lease {
 		return usagef("--isolation-timeout %s: want more than --lease %s (peers that die must leave etcd before their absence counts), or a negative value to never resign", f.isolation, f.lease)
@@ -227,7 +232,7 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	srv, err := broker.New(broker.Config{
 		Etcd: etcd, Root: f.prefix, Zone: f.zone, Suffix: f.suffix, Endpoint: f.advertise,
 		Dir: f.dir, DefaultStore: f.store, Limit: f.limit, LeaseTTL: f.lease, DialOptions: dialOpts,
-		DrainTimeout: f.drain, IsolationTimeout: f.isolation, Auth: authz, Logger: slog.Default(),
+		DrainTimeout: f.drain, IsolationTimeout: f.isolation, SuspendIdle: f.suspendIdle, Auth: authz, Logger: slog.Default(),
 	})
 	if err != nil {
 		return usageError{err}

@@ -104,6 +104,7 @@ Errors are printed on standard error with a non-zero exit; bad input
 		newJournalsListCommand(jf), newJournalsApplyCommand(jf), newJournalsEditCommand(jf),
 		newJournalsDeleteCommand(jf), newJournalsAppendCommand(jf), newJournalsReadCommand(jf),
 		newJournalsFragmentsCommand(jf), newJournalsPruneCommand(jf), newJournalsResetHeadCommand(jf),
+		newJournalsSuspendCommand(jf, false), newJournalsSuspendCommand(jf, true),
 		newJournalsStoreHealthCommand(jf),
 	)
 	return cmd
@@ -415,7 +416,11 @@ func journalsTable(js []*protocol.ListResponse_Journal) []byte {
 	fmt.Fprintln(tw, "NAME\tREPLICATION\tROUTE\tLABELS")
 	for _, j := range js {
 		s := j.GetSpec()
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", s.GetName(), s.GetReplication(), routeText(j.GetRoute()),
+		route := routeText(j.GetRoute())
+		if s.Suspended() {
+			route = fmt.Sprintf("suspended at %d", s.GetSuspension().GetOffset())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", s.GetName(), s.GetReplication(), route,
 			orDash(protocol.LabelsOf(s.GetLabels()).String()))
 	}
 	tw.Flush()
@@ -569,6 +574,9 @@ func planUpserts(specs []*protocol.JournalSpec, current map[string]*protocol.Lis
 	var out []change
 	for _, s := range specs {
 		cur, ok := current[s.GetName()]
+		if ok && s.Suspension == nil {
+			s.Suspension = cur.GetSpec().GetSuspension() // The brokers' to set: see journals suspend.
+		}
 		switch {
 		case !ok:
 			out = append(out, change{name: s.Name, action: "created",
