@@ -247,6 +247,13 @@ func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsReque
 	switch {
 	case spec == nil:
 		return &protocol.FragmentsResponse{Status: protocol.Status_JOURNAL_NOT_FOUND, Header: hdr}, nil
+	case r == nil && len(route.GetMembers()) == 0 && spec.Suspended():
+		// No replica holds it: its stores do, all of it.
+		ix := newIndex()
+		if err := s.listStores(ctx, req.Journal, spec, ix); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "listing the stores of suspended %s: %v", req.Journal, err)
+		}
+		return s.listFragments(ctx, ix, req, hdr), nil
 	case r == nil && (req.DoNotProxy || len(route.GetMembers()) == 0):
 		return &protocol.FragmentsResponse{Status: protocol.Status_NOT_REPLICA, Header: hdr}, nil
 	case r == nil:
@@ -265,16 +272,17 @@ func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsReque
 			return nil, status.Errorf(codes.Unavailable, "listing the stores of %s: %v", req.Journal, err)
 		}
 	}
-	return r.listFragments(ctx, req, hdr), nil
+	return s.listFragments(ctx, r.index, req, hdr), nil
 }
 
-func (r *replica) listFragments(ctx context.Context, req *protocol.FragmentsRequest, hdr *protocol.Header) *protocol.FragmentsResponse {
+// listFragments answers a page of the fragments of ix.
+func (s *Server) listFragments(ctx context.Context, ix *index, req *protocol.FragmentsRequest, hdr *protocol.Header) *protocol.FragmentsResponse {
 	resp := &protocol.FragmentsResponse{Status: protocol.Status_OK, Header: hdr}
 	limit := int(req.PageLimit)
 	if limit <= 0 {
 		limit = 1000
 	}
-	for _, f := range r.index.list(req.NextPageToken) {
+	for _, f := range ix.list(req.NextPageToken) {
 		mod := f.ModTime.Unix()
 		if f.ModTime.IsZero() {
 			mod = 0
@@ -288,7 +296,7 @@ func (r *replica) listFragments(ctx context.Context, req *protocol.FragmentsRequ
 		}
 		info := &protocol.FragmentsResponse_Info{Fragment: protoFragment(f)}
 		if ttl := req.SignatureTtl.AsDuration(); ttl > 0 && f.Store != "" {
-			if store, err := r.srv.storeFor(ctx, f.Store); err == nil {
+			if store, err := s.storeFor(ctx, f.Store); err == nil {
 				info.SignedUrl, _ = store.SignURL(ctx, f, max(ttl, time.Second))
 			}
 		}

@@ -28,6 +28,9 @@ func TestJournalsSuspendAndResume(t *testing.T) {
 	if r := must(t, b, nil, "journals", "read", "-j", "ops/quiet"); r.stdout != "one\n" {
 		t.Fatalf("read of the suspended journal printed %q, want its content", r.stdout)
 	}
+	if r := must(t, b, nil, "journals", "fragments", "-j", "ops/quiet", "-o", "json"); !strings.Contains(r.stdout, `"end": 4`) {
+		t.Fatalf("fragments of the suspended journal printed %q; want its stored fragment, ending at 4", r.stdout)
+	}
 	if r := must(t, b, nil, "journals", "suspend", "-l", "name=ops/quiet"); !strings.HasPrefix(r.stdout, "ops/quiet: already suspended at offset 4, since ") {
 		t.Fatalf("suspend again printed %q", r.stdout)
 	}
