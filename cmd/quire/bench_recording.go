@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/protocol"
 	"github.com/quire-dev/quire/recoverylog"
 	"github.com/quire-dev/quire/store"
@@ -35,7 +36,10 @@ func newBenchRecordingCommand(jf *journalsFlags) *cobra.Command {
 		Short: "Measure what recording a Pebble database into a recovery log costs",
 		Long: `Write to a Pebble database for --duration, first plain and then recorded
 into a recovery log through the brokers (each recorded run into a new
-journal PREFIX/TIME-N, deleted afterwards), --rounds times. The workload is
+journal PREFIX/TIME-N, removed afterwards with its fragments: it is
+suspended, so that everything is in its store, then deleted, then its
+fragments are removed with this command's store credentials), --rounds
+times. The workload is
 write-heavy: batches of 100 keys with 1 KiB random values, each committed
 with a sync, as a consumer's transactions commit. Reports MB/s of values
 written each way, and the cost of recording: 1 - recorded / plain.
@@ -151,7 +155,7 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 		if _, err := ensureJournal(ctx, c, stderr, jf, journal, f.replication); err != nil {
 			return benchRecordingRun{}, err
 		}
-		defer deleteJournal(context.WithoutCancel(ctx), c, jf, journal)
+		defer removeJournal(context.WithoutCancel(ctx), stderr, c, jf, journal)
 		var err error
 		recorder, err = recoverylog.NewRecorder(ctx, recoverylog.RecorderConfig{Client: c, Journal: journal,
 			Author: fmt.Sprintf("bench-%d", os.Getpid()), Dir: dir})
@@ -204,11 +208,58 @@ func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration) (int, err
 	return n, ctx.Err()
 }
 
-// deleteJournal deletes a journal that the command created, best effort.
-func deleteJournal(ctx context.Context, c *client.Client, jf *journalsFlags, name string) {
-	js, err := jf.list(ctx, c, protocol.LabelName+"="+name)
-	if err != nil || len(js) != 1 {
+// removeJournal removes a journal that the command created, and its
+// fragments, best effort, saying on stderr what it could not remove. It
+// suspends the journal first: its primary persists everything it holds,
+// so that no broker persists a spool of it after it is deleted, and the
+// fragments its stores hold then are all it left.
+func removeJournal(ctx context.Context, stderr io.Writer, c *client.Client, jf *journalsFlags, name string) {
+	warn := func(err error) { fmt.Fprintf(stderr, "quire: removing %s: %v\n", name, err) }
+	sctx, cancel := context.WithTimeout(ctx, jf.timeout)
+	_, err := c.Suspend(sctx, name, false)
+	cancel()
+	if err != nil {
+		warn(err)
 		return
 	}
-	jf.apply(ctx, c, []change{{name: name, req: &protocol.ApplyRequest_Change{Delete: name, ExpectModRevision: js[0].ModRevision}}})
+	js, err := jf.list(ctx, c, protocol.LabelName+"="+name)
+	if err != nil || len(js) != 1 {
+		warn(fmt.Errorf("listing it: %v", err))
+		return
+	}
+	urls, err := jf.storesOfJournal(ctx, c, js[0].GetSpec())
+	if err != nil {
+		warn(err)
+		return
+	}
+	if _, err := jf.apply(ctx, c, []change{{name: name, req: &protocol.ApplyRequest_Change{Delete: name, ExpectModRevision: js[0].ModRevision}}}); err != nil {
+		warn(err)
+		return
+	}
+	for _, url := range urls {
+		if err := removeFragments(ctx, url, name); err != nil {
+			warn(err)
+		}
+	}
+}
+
+// removeFragments removes every fragment of journal from the store at url.
+func removeFragments(ctx context.Context, url, journal string) error {
+	store, err := fragment.Open(ctx, url)
+	if err != nil {
+		return fmt.Errorf("opening store %s: %w", url, err)
+	}
+	var all []fragment.Fragment
+	if err := store.List(ctx, journal, func(f fragment.Fragment) error {
+		all = append(all, f)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("listing store %s: %w", url, err)
+	}
+	for _, f := range all {
+		if err := store.Remove(ctx, f); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -559,9 +559,10 @@ func TestBenchMessages(t *testing.T) {
 }
 
 // bench recording writes plain and recorded, reports both and the cost,
-// and deletes the journals it created.
+// and deletes the journals it created, and their fragments.
 func TestBenchRecording(t *testing.T) {
-	b := startBroker(t)
+	storeDir := t.TempDir()
+	b := startBrokerWith(t, func(cfg *broker.Config) { cfg.DefaultStore = "file://" + storeDir + "/" })
 	r := quire(context.Background(), nil, "bench", "recording", "--broker", b, "-j", "bench/rec",
 		"--duration", "300ms", "-o", "json")
 	if r.err != nil {
@@ -584,6 +585,12 @@ func TestBenchRecording(t *testing.T) {
 	}
 	if got := must(t, b, nil, "journals", "list", "-l", "prefix=bench/rec/").stdout; strings.Contains(got, "bench/rec/") {
 		t.Errorf("the recovery logs were left:\n%s", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(storeDir, "bench", "rec", "*", "*")); len(left) != 0 {
+		t.Errorf("the recovery logs' fragments were left: %v", left)
+	}
+	if strings.Contains(r.stderr, "removing") {
+		t.Errorf("removing the journals failed: %s", r.stderr)
 	}
 	if bad := quire(context.Background(), nil, "bench", "recording", "--broker", b, "--rounds", "0"); !errors.As(bad.err, new(usageError)) {
 		t.Errorf("--rounds 0: %v", bad.err)
