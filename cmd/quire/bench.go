@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -134,7 +135,14 @@ func runBenchAppend(ctx context.Context, stdout, stderr io.Writer, jf *journalsF
 	}
 	ctx, stop := interruptible(ctx)
 	defer stop()
-	lat, elapsed, err := appendFor(ctx, c, f.journal, payload, f.writers, f.duration)
+	var appended atomic.Int64
+	start := time.Now()
+	done := startProgress(stderr, func() string {
+		n, secs := appended.Load(), time.Since(start).Seconds()
+		return fmt.Sprintf("bench append: %.0fs of %s; %d appends, %.1f MB/s", secs, f.duration, n, float64(n*size)/1e6/secs)
+	})
+	lat, elapsed, err := appendFor(ctx, c, f.journal, payload, f.writers, f.duration, &appended)
+	done()
 	if err != nil {
 		return err
 	}
@@ -191,8 +199,9 @@ func ensureJournal(ctx context.Context, c *client.Client, stderr io.Writer, jf *
 
 // appendFor runs writers that each append payload, one append after
 // another, until d has passed, and returns every append's latency and the
-// time they took. Appends in flight at the end complete and are counted.
-func appendFor(ctx context.Context, c *client.Client, journal string, payload []byte, writers int, d time.Duration) ([]time.Duration, time.Duration, error) {
+// time they took. Appends in flight at the end complete and are counted;
+// appended counts them as they complete.
+func appendFor(ctx context.Context, c *client.Client, journal string, payload []byte, writers int, d time.Duration, appended *atomic.Int64) ([]time.Duration, time.Duration, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	start := time.Now()
@@ -208,6 +217,7 @@ func appendFor(ctx context.Context, c *client.Client, journal string, payload []
 					return
 				}
 				lats[w] = append(lats[w], time.Since(t0))
+				appended.Add(1)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -155,7 +156,13 @@ func runBenchMessages(ctx context.Context, stdout, stderr io.Writer, jf *journal
 	wg.Go(func() { read <- tailBench(r) })
 
 	start := time.Now()
-	n, end, err := publishFor(ctx, p, kind, f)
+	var sent atomic.Int64
+	done := startProgress(stderr, func() string {
+		secs := time.Since(start).Seconds()
+		return fmt.Sprintf("bench messages: %.0fs of %s; %d published, %.0f/s", secs, f.duration, sent.Load(), float64(sent.Load())/secs)
+	})
+	n, end, err := publishFor(ctx, p, kind, f, &sent)
+	done()
 	if err != nil {
 		return err
 	}
@@ -198,7 +205,7 @@ func publishBench(ctx context.Context, p *message.Publisher, journal string, m m
 // publishFor publishes messages 1, 2, … for f.duration, at f.rate, then
 // an end marker, and returns how many it published (the marker aside)
 // and the journal offset after the marker.
-func publishFor(ctx context.Context, p *message.Publisher, kind benchKind, f benchMessagesFlags) (int64, int64, error) {
+func publishFor(ctx context.Context, p *message.Publisher, kind benchKind, f benchMessagesFlags, sent *atomic.Int64) (int64, int64, error) {
 	body := strings.Repeat("x", f.body)
 	start := time.Now()
 	deadline := start.Add(f.duration)
@@ -215,6 +222,7 @@ func publishFor(ctx context.Context, p *message.Publisher, kind benchKind, f ben
 		if _, err := p.PublishCommitted(ctx, f.journal, kind.make(n, now.UnixNano(), body)); err != nil {
 			return 0, 0, fmt.Errorf("publishing to %s: %w", f.journal, err)
 		}
+		sent.Store(n)
 	}
 	end, err := publishBench(ctx, p, f.journal, kind.make(-1, 0, ""))
 	return n, end, err

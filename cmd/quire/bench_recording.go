@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -169,7 +170,18 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 		return benchRecordingRun{}, fmt.Errorf("opening pebble in %s: %w", dir, err)
 	}
 	start := time.Now()
-	batches, err := writeBatches(ctx, db, f.duration)
+	var written atomic.Int64
+	what := "plain"
+	if rec {
+		what = "recorded"
+	}
+	done := startProgress(stderr, func() string {
+		secs := time.Since(start).Seconds()
+		return fmt.Sprintf("bench recording: round %d, %s: %.0fs of %s; %d batches, %.1f MB/s", round+1, what, secs, f.duration,
+			written.Load(), float64(written.Load())*100*1024/1e6/secs)
+	})
+	batches, err := writeBatches(ctx, db, f.duration, &written)
+	done()
 	elapsed := time.Since(start)
 	if cerr := db.Close(); err == nil {
 		err = cerr
@@ -186,8 +198,9 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 }
 
 // writeBatches commits batches of 100 keys with 1 KiB random values, each
-// with a sync, until d has passed, and returns how many it committed.
-func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration) (int, error) {
+// with a sync, until d has passed, and returns how many it committed;
+// written counts them as they commit.
+func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration, written *atomic.Int64) (int, error) {
 	value := make([]byte, 1024)
 	rng := rand.NewChaCha8([32]byte{})
 	deadline := time.Now().Add(d)
@@ -204,6 +217,7 @@ func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration) (int, err
 			return n, err
 		}
 		b.Close()
+		written.Add(1)
 	}
 	return n, ctx.Err()
 }

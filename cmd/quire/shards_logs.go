@@ -219,10 +219,6 @@ func hintsJSON(hs *shardHints) ([]byte, error) {
 
 // ---- recover ----
 
-// progressEvery is how often recover reports its progress when standard
-// error is not a terminal (on a terminal: every 200ms, in place).
-var progressEvery = 5 * time.Second
-
 type recoverFlags struct {
 	shard, dir, broker string
 }
@@ -352,7 +348,6 @@ func runShardsRecover(ctx context.Context, stdout, stderr io.Writer, sf *shardsF
 		}
 	}()
 	log := sh.spec.RecoveryLog()
-	tty := isTerminal(stderr)
 	var errs []error
 	start := time.Now()
 	for i, h := range candidates {
@@ -368,7 +363,7 @@ func runShardsRecover(ctx context.Context, stdout, stderr io.Writer, sf *shardsF
 			return fmt.Errorf("playing %s: %w", log, err)
 		}
 		fmt.Fprintf(stderr, "quire: playing %s from %s into %s\n", log, from, f.dir)
-		done := reportProgress(stderr, p, log, tty)
+		done := reportProgress(stderr, p, log)
 		err = p.Play(ctx)
 		done()
 		if err == nil {
@@ -403,14 +398,9 @@ func printRecovered(w io.Writer, f recoverFlags, log, from string, p *recoverylo
 }
 
 // reportProgress reports p's progress on w until the returned function is
-// called: on a terminal, a line updated in place every 200ms (ended when
-// done); otherwise a line every progressEvery.
-func reportProgress(w io.Writer, p *recoverylog.Player, log string, tty bool) (done func()) {
-	every := progressEvery
-	if tty {
-		every = 200 * time.Millisecond
-	}
-	line := func() string {
+// called (see startProgress).
+func reportProgress(w io.Writer, p *recoverylog.Player, log string) (done func()) {
+	return startProgress(w, func() string {
 		pr := p.Progress()
 		head := "?"
 		if pr.WriteHead > 0 {
@@ -421,42 +411,7 @@ func reportProgress(w io.Writer, p *recoverylog.Player, log string, tty bool) (d
 		}
 		return fmt.Sprintf("%s: offset %d of write head %s; read %s, skipped %s; %d ops",
 			log, pr.Offset, head, humanBytes(pr.BytesRead), humanBytes(pr.BytesSkipped), pr.Ops)
-	}
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if tty {
-					fmt.Fprintf(w, "\r%s\x1b[K", line())
-				} else {
-					fmt.Fprintf(w, "quire: %s\n", line())
-				}
-			case <-stop:
-				if tty {
-					fmt.Fprintf(w, "\r%s\x1b[K\n", line())
-				}
-				return
-			}
-		}
-	}()
-	return func() {
-		close(stop)
-		<-stopped
-	}
-}
-
-// isTerminal tells whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	})
 }
 
 // humanBytes is n bytes, in a binary unit above 1KiB: "1.5 MiB".
