@@ -43,6 +43,7 @@ func ParseSize(s string) (int64, error) {
 
 // FormatSize formats n with the largest binary unit that divides it
 // exactly, as ParseSize reads it: 67108864 is "64MiB", 1500 is "1500".
+// Specs use it; reports use HumanSize.
 func FormatSize(n int64) string {
 	if n != 0 {
 		for _, u := range sizeUnits[:4] {
@@ -52,6 +53,22 @@ func FormatSize(n int64) string {
 		}
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// HumanSize formats n bytes for people, rounded, in the largest binary
+// unit it reaches: "1023 B", "1.5 KiB", "5.0 MiB". Reports use it;
+// specs use FormatSize, which is exact, and which ParseSize reads back.
+func HumanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // formatDuration formats d as time.Duration.String does, less trailing

@@ -391,9 +391,9 @@ func printRecovered(w io.Writer, f recoverFlags, log, from string, p *recoverylo
 	for _, n := range nodes {
 		size += n.Length
 	}
-	fmt.Fprintf(w, "recovered shard %s into %s: %d files, %s\n", f.shard, f.dir, len(p.FSM().Paths()), humanBytes(size))
+	fmt.Fprintf(w, "recovered shard %s into %s: %d files, %s\n", f.shard, f.dir, len(p.FSM().Paths()), protocol.HumanSize(size))
 	fmt.Fprintf(w, "played %s from %s to offset %d (write head %d): read %s, skipped %s, %d ops, in %s\n",
-		log, from, pr.Offset, pr.WriteHead, humanBytes(pr.BytesRead), humanBytes(pr.BytesSkipped), pr.Ops,
+		log, from, pr.Offset, pr.WriteHead, protocol.HumanSize(pr.BytesRead), protocol.HumanSize(pr.BytesSkipped), pr.Ops,
 		took.Round(time.Millisecond))
 }
 
@@ -410,22 +410,8 @@ func reportProgress(w io.Writer, p *recoverylog.Player, log string) (done func()
 			}
 		}
 		return fmt.Sprintf("%s: offset %d of write head %s; read %s, skipped %s; %d ops",
-			log, pr.Offset, head, humanBytes(pr.BytesRead), humanBytes(pr.BytesSkipped), pr.Ops)
+			log, pr.Offset, head, protocol.HumanSize(pr.BytesRead), protocol.HumanSize(pr.BytesSkipped), pr.Ops)
 	})
-}
-
-// humanBytes is n bytes, in a binary unit above 1KiB: "1.5 MiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // ---- prune ----
@@ -631,7 +617,7 @@ func printPruned(w io.Writer, id, log, name string, h *recoverylog.Hints, remove
 		keptText = fmt.Sprintf(", %d kept", kept)
 	}
 	fmt.Fprintf(w, "%s: %s before offset %d (the oldest hints: %s, of offset %d): %d fragments %s (%s)%s\n",
-		id, log, h.PruneBefore(), name, h.Offset, len(removed), verb, humanBytes(removedBytes), keptText)
+		id, log, h.PruneBefore(), name, h.Offset, len(removed), verb, protocol.HumanSize(removedBytes), keptText)
 	for _, fr := range removed {
 		fmt.Fprintf(w, "  [%d, %d) %s\n", fr.GetBegin(), fr.GetEnd(), fr.GetStore())
 	}
