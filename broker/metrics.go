@@ -70,7 +70,7 @@ var (
 	})
 	storeProbes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "quire_broker_store_probes_total",
-		Help: "Health checks of fragment stores (StoreHealth), by store URL and outcome: ok, or the step that failed (open, write, read, list, delete).",
+		Help: "Health checks of fragment stores (StoreHealth), by store URL (without its query) and outcome: ok, or the step that failed (open, write, read, list, delete).",
 	}, []string{"store", "outcome"})
 	spoolsRecovered = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_spools_recovered_total", Help: "Spools recovered from local disk at start.",

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"slices"
 	"sort"
 	"sync"
@@ -184,7 +185,7 @@ func (s *Server) checkStores(ctx context.Context, req *protocol.StoreHealthReque
 func (s *Server) probe(ctx context.Context, st *protocol.StoreHealthResponse_Store, store fragment.Store, openErr error) {
 	if openErr != nil {
 		st.FailedStep, st.Error = protocol.StoreStep_STORE_OPEN, fmt.Sprintf("opening %s: %v", st.Url, openErr)
-		storeProbes.WithLabelValues(st.Url, "open").Inc()
+		storeProbes.WithLabelValues(storeLabel(st.Url), "open").Inc()
 		s.log.Warn("store health: a store does not open", "store", st.Url, "err", openErr)
 		return
 	}
@@ -195,11 +196,21 @@ func (s *Server) probe(ctx context.Context, st *protocol.StoreHealthResponse_Sto
 	st.Ok = res.OK()
 	if !st.Ok {
 		st.FailedStep, st.Error = stepOf(res.Failed), res.Err.Error()
-		storeProbes.WithLabelValues(st.Url, res.Failed.String()).Inc()
+		storeProbes.WithLabelValues(storeLabel(st.Url), res.Failed.String()).Inc()
 		s.log.Warn("store health: a store fails its check", "store", st.Url, "step", res.Failed.String(), "err", res.Err)
 		return
 	}
-	storeProbes.WithLabelValues(st.Url, "ok").Inc()
+	storeProbes.WithLabelValues(storeLabel(st.Url), "ok").Inc()
+}
+
+// storeLabel is a store URL without its query (endpoints, regions,
+// options), for a metric label: short, and free of anything but the
+// store's scheme, bucket and prefix.
+func storeLabel(url string) string {
+	if i := strings.IndexByte(url, '?'); i >= 0 {
+		return url[:i]
+	}
+	return url
 }
 
 func stepOf(st fragment.ProbeStep) protocol.StoreStep {
