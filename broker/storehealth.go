@@ -3,9 +3,9 @@ package broker
 import (
 	"context"
 	"fmt"
-	"strings"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
