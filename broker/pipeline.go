@@ -178,7 +178,9 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 	}
 	r.expectBefore(at) // Remembered before anything can fail.
 	adopted := r.adoptRegisters(resps)
-	if len(holders) > 0 {
+	if len(holders) == 0 {
+		r.copyFailing = time.Time{} // Nothing to copy: failures to come count afresh.
+	} else {
 		adopted = r.adoptHolderRegisters(resps[holders[0]]) || adopted
 		if err := r.catchUp(ctx, p, resps, holders, at); err != nil {
 			return err
