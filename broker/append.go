@@ -384,6 +384,7 @@ func (r *replica) commit(p *pipeline, registers labels.Set) error {
 	s := r.spool()
 	req := &protocol.ReplicateRequest{Proposal: fragmentOf(s, true),
 		Registers: protocol.ProtoLabels(registers), Acknowledge: true}
+	r.unsettle() // Peers may commit past the head before this replica does.
 	if err := p.send(req); err != nil {
 		return err
 	}
@@ -401,6 +402,7 @@ func (r *replica) commit(p *pipeline, registers labels.Set) error {
 	}
 	r.registers = registers
 	r.committed()
+	r.settle(p.route)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -315,5 +316,76 @@ func TestPrimaryRetriesACopyBeforeRollingPast(t *testing.T) {
 	defer cancel()
 	if got, err := readRange(ctx, primary, journal, 10, 20); err != nil || string(got) != "lone\nnext\n" {
 		t.Fatalf("the primary serves %q, %v; want the commit it copied from the holder", got, err)
+	}
+}
+
+// readToHeadNow reads journal through b from its start to its write head,
+// without blocking, and returns the content and the head it reported.
+func readToHeadNow(ctx context.Context, b *testBroker, journal string) (string, int64, error) {
+	stream, err := protocol.NewJournalClient(b.conn).Read(ctx, &protocol.ReadRequest{Journal: journal})
+	if err != nil {
+		return "", 0, err
+	}
+	var out []byte
+	for {
+		resp, err := stream.Recv()
+		switch {
+		case err != nil:
+			return string(out), 0, err
+		case resp.Status == protocol.Status_OFFSET_NOT_YET_AVAILABLE:
+			return string(out), resp.WriteHead, nil
+		case resp.Status != protocol.Status_OK:
+			return string(out), 0, fmt.Errorf("read: %s", resp.Status)
+		}
+		out = append(out, resp.Content...)
+	}
+}
+
+// A primary whose commit failed after a peer committed it does not tell
+// a reader that the journal ends at its own head, short of that commit,
+// which the peer may have served already; it waits until its next
+// pipeline settles what the journal holds. (Found by the soak's long
+// form: a read returned a record that an append had committed on a peer,
+// and later reads, at a new primary not yet synchronized, returned less.)
+func TestUnsettledPrimaryDoesNotEndTheJournalAtItsHead(t *testing.T) {
+	const journal = "log/unsettled"
+	c := holdPersistence(t, journal)
+	primary, second, third := c.threeReplicas(journal)
+
+	release := make(chan struct{})
+	var failed, passed atomic.Bool
+	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
+		switch {
+		case r.journal != journal:
+		case r.srv == third.srv && req.Proposal.GetEnd() == 7 && !failed.Swap(true):
+			return errors.New("test: this commit does not reach this replica")
+		case r.srv == second.srv && passed.Load():
+			<-release // The primary's next pipeline stalls here.
+		case r.srv == second.srv && req.Proposal.GetEnd() == 7:
+			passed.Store(true)
+		}
+		return nil
+	}
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() { unblock(); proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if resp, err := appendOnce(ctx, primary, &protocol.AppendRequest{Journal: journal}, []byte("lone\n")); err == nil && resp.Status == protocol.Status_OK {
+		t.Fatal("the append committed, though a replica failed it")
+	}
+	if got, err := readRange(ctx, second, journal, 2, 7); err != nil || got == nil || string(got) != "lone\n" {
+		t.Fatalf("the peer serves %q, %v; want the commit", got, err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	got, head, err := readToHeadNow(short, primary, journal)
+	cancelShort()
+	if err == nil {
+		t.Fatalf("the unsettled primary says the journal ends at %d (%q), short of the peer's commit", head, got)
+	}
+	unblock()
+	if got, head, err := readToHeadNow(ctx, primary, journal); err != nil || got != "a\nlone\n" || head != 7 {
+		t.Fatalf("once settled, the primary reads %q to head %d, %v; want the peer's commit", got, head, err)
 	}
 }

@@ -122,6 +122,7 @@ func (r *replica) ensurePipeline(ctx context.Context) (*pipeline, error) {
 		p.close()
 		return nil, err
 	}
+	r.settle(route)
 	r.pipe = p
 	// Tell maintain to record the route in the assignments.
 	select {
@@ -135,6 +136,12 @@ func (r *replica) dropPipeline() {
 	if r.pipe != nil {
 		r.pipe.close()
 		r.pipe = nil
+	}
+	// A failed pipeline may leave commits on peers past the head (see
+	// settle): have maintain build the next one, even if no one appends.
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -151,6 +151,13 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 			}
 			return r.sendSpool(stream, cur, offset, limit(head, req.EndOffset), head)
 		}
+		if !req.Block && !req.OwnHead && r.unsettledAtHead() {
+			// A primary that is new to its route, or whose last commit is
+			// outstanding or failed, may lack commits its peers made, and
+			// served: saying the journal ends at its head could show a
+			// reader less than an earlier read did.
+			return r.awaitExpected(ctx, offset, headCh)
+		}
 		if !req.Block && r.expected(offset) {
 			// A primary that found a peer holding content past its head,
 			// and has yet to copy it or roll past it: the content is

@@ -49,6 +49,15 @@ type replica struct {
 	// replica holds every commit of the journal, so its write head is the
 	// journal's.
 	synced *protocol.Route
+	// settled is the route on which this replica, as primary, last
+	// synchronized its pipeline with no commit outstanding since: while
+	// it is the current route, no replica has committed past the
+	// primary's head. Otherwise (a new route, or a proposal in flight or
+	// failed) peers may hold commits the primary lacks, and a read at its
+	// head waits rather than say the journal ends there (see settledAt),
+	// since unsettledSince, for at most settleWait.
+	settled        *protocol.Route
+	unsettledSince time.Time
 
 	// token is held by whoever writes the spool: the append in progress on
 	// the primary, or the pipeline stream on another replica.
@@ -100,7 +109,41 @@ func (r *replica) update(spec *protocol.JournalSpec, route *protocol.Route) {
 		}
 	}
 	r.logPrimaryChange(r.route, route)
+	if !sameRoute(r.route, route) {
+		r.unsettledSince = time.Now()
+	}
 	r.route = route
+}
+
+// settleWait bounds how long reads at an unsettled primary's head wait
+// for it to settle: past it (peers out of reach), it answers with its own
+// head.
+const settleWait = time.Minute
+
+// settle records that the primary's pipeline on route is synchronized,
+// with no commit outstanding.
+func (r *replica) settle(route *protocol.Route) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.settled = route
+}
+
+// unsettle records that peers may commit past the primary's head.
+func (r *replica) unsettle() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.settled != nil {
+		r.settled, r.unsettledSince = nil, time.Now()
+	}
+}
+
+// unsettledAtHead tells whether a read at the head should wait: this
+// replica is the primary, not settled on its route, and has not been so
+// for settleWait yet.
+func (r *replica) unsettledAtHead() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return indexOf(r.route, r.srv.id) == 0 && !sameRoute(r.settled, r.route) && time.Since(r.unsettledSince) < settleWait
 }
 
 // logPrimaryChange says when this broker becomes, or stops being, the

@@ -370,7 +370,9 @@ func (s *Server) compareWithPrimary(ctx context.Context, route *protocol.Route, 
 // content, in order and without gaps, to each. It returns -1 and nil once
 // each had it all, or the broker's write head and nil if the content ends
 // there, before end; an error wrapping errGap if the broker has none at
-// an offset, or each's error.
+// an offset, or each's error. A primary answers with its own head at once
+// (OwnHead), even if peers may hold commits it lacks: what it holds is
+// what a recovered spool is compared with.
 func (s *Server) readPeer(ctx context.Context, endpoint string, route *protocol.Route, journal string, begin, end int64,
 	each func(offset int64, content []byte) error) (int64, error) {
 	conn, err := s.conns.Get(endpoint)
@@ -378,7 +380,7 @@ func (s *Server) readPeer(ctx context.Context, endpoint string, route *protocol.
 		return -1, err
 	}
 	stream, err := protocol.NewJournalClient(conn).Read(ctx, &protocol.ReadRequest{Header: s.header(route),
-		Journal: journal, Offset: begin, EndOffset: end, DoNotProxy: true})
+		Journal: journal, Offset: begin, EndOffset: end, DoNotProxy: true, OwnHead: true})
 	if err != nil {
 		return -1, err
 	}

@@ -1233,7 +1233,13 @@ type ReadRequest struct {
 	// store, where the store supports it) but no content.
 	MetadataOnly bool `protobuf:"varint,6,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
 	// Stop before this offset; zero reads on.
-	EndOffset     int64 `protobuf:"varint,7,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	EndOffset int64 `protobuf:"varint,7,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	// Without block, answer at the write head at once, even at a primary
+	// that may lack commits its peers made (it is new to its route, or its
+	// last commit is outstanding), which otherwise waits until it knows.
+	// Brokers set it to compare a recovered spool with what the primary
+	// holds now.
+	OwnHead       bool `protobuf:"varint,8,opt,name=own_head,json=ownHead,proto3" json:"own_head,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1315,6 +1321,13 @@ func (x *ReadRequest) GetEndOffset() int64 {
 		return x.EndOffset
 	}
 	return 0
+}
+
+func (x *ReadRequest) GetOwnHead() bool {
+	if x != nil {
+		return x.OwnHead
+	}
+	return false
 }
 
 // ReadResponse: a stream of responses, each either metadata (fragment,
@@ -2673,7 +2686,7 @@ const file_protocol_proto_rawDesc = "" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x124\n" +
 	"\bfragment\x18\x03 \x01(\v2\x18.quire.protocol.FragmentR\bfragment\x123\n" +
 	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12'\n" +
-	"\x0fregisters_known\x18\x05 \x01(\bR\x0eregistersKnown\"\xeb\x01\n" +
+	"\x0fregisters_known\x18\x05 \x01(\bR\x0eregistersKnown\"\x86\x02\n" +
 	"\vReadRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x12\x16\n" +
@@ -2683,7 +2696,8 @@ const file_protocol_proto_rawDesc = "" +
 	"doNotProxy\x12#\n" +
 	"\rmetadata_only\x18\x06 \x01(\bR\fmetadataOnly\x12\x1d\n" +
 	"\n" +
-	"end_offset\x18\a \x01(\x03R\tendOffset\"\x98\x02\n" +
+	"end_offset\x18\a \x01(\x03R\tendOffset\x12\x19\n" +
+	"\bown_head\x18\b \x01(\bR\aownHead\"\x98\x02\n" +
 	"\fReadResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x16\n" +
