@@ -384,7 +384,24 @@ func (r *replica) commit(p *pipeline, registers labels.Set) error {
 	s := r.spool()
 	req := &protocol.ReplicateRequest{Proposal: fragmentOf(s, true),
 		Registers: protocol.ProtoLabels(registers), Acknowledge: true}
-	r.unsettle() // Peers may commit past the head before this replica does.
+	if err := r.propose(p, req); err != nil {
+		// Some peers may have committed it: until the next pipeline
+		// settles that, this replica's head may be short of theirs.
+		r.unsettle()
+		return err
+	}
+	if err := s.Commit(registers.String()); err != nil {
+		r.unsettle()
+		return err
+	}
+	r.registers = registers
+	r.committed()
+	return nil
+}
+
+// propose sends a commit proposal to every peer and requires each to
+// accept it.
+func (r *replica) propose(p *pipeline, req *protocol.ReplicateRequest) error {
 	if err := p.send(req); err != nil {
 		return err
 	}
@@ -397,12 +414,6 @@ func (r *replica) commit(p *pipeline, registers labels.Set) error {
 			return fmt.Errorf("%w: %s answered %s to a commit", errPipeline, p.route.Endpoints[i+1], resp.Status)
 		}
 	}
-	if err := s.Commit(registers.String()); err != nil {
-		return err
-	}
-	r.registers = registers
-	r.committed()
-	r.settle(p.route)
 	return nil
 }
 

@@ -152,10 +152,10 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 			return r.sendSpool(stream, cur, offset, limit(head, req.EndOffset), head)
 		}
 		if !req.Block && !req.OwnHead && r.unsettledAtHead() {
-			// A primary that is new to its route, or whose last commit is
-			// outstanding or failed, may lack commits its peers made, and
-			// served: saying the journal ends at its head could show a
-			// reader less than an earlier read did.
+			// A primary that is new to its route, or whose last commit
+			// failed, may lack commits its peers made, and served: saying
+			// the journal ends at its head could show a reader less than
+			// an earlier read did.
 			return r.awaitExpected(ctx, offset, headCh)
 		}
 		if !req.Block && r.expected(offset) {

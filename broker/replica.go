@@ -50,12 +50,12 @@ type replica struct {
 	// journal's.
 	synced *protocol.Route
 	// settled is the route on which this replica, as primary, last
-	// synchronized its pipeline with no commit outstanding since: while
-	// it is the current route, no replica has committed past the
-	// primary's head. Otherwise (a new route, or a proposal in flight or
-	// failed) peers may hold commits the primary lacks, and a read at its
-	// head waits rather than say the journal ends there (see settledAt),
-	// since unsettledSince, for at most settleWait.
+	// synchronized its pipeline, with no commit failed since: while it is
+	// the current route, peers hold no commit past the primary's head but
+	// the one in flight, if any. Otherwise (a new route, or a failed
+	// commit) they may hold commits the primary lacks, and a read at its
+	// head waits rather than say the journal ends there (see
+	// unsettledAtHead), since unsettledSince, for at most settleWait.
 	settled        *protocol.Route
 	unsettledSince time.Time
 
@@ -128,7 +128,7 @@ func (r *replica) settle(route *protocol.Route) {
 	r.settled = route
 }
 
-// unsettle records that peers may commit past the primary's head.
+// unsettle records that peers may hold commits past the primary's head.
 func (r *replica) unsettle() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1236,7 +1236,7 @@ type ReadRequest struct {
 	EndOffset int64 `protobuf:"varint,7,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
 	// Without block, answer at the write head at once, even at a primary
 	// that may lack commits its peers made (it is new to its route, or its
-	// last commit is outstanding), which otherwise waits until it knows.
+	// last commit failed), which otherwise waits until it knows.
 	// Brokers set it to compare a recovered spool with what the primary
 	// holds now.
 	OwnHead       bool `protobuf:"varint,8,opt,name=own_head,json=ownHead,proto3" json:"own_head,omitempty"`
