@@ -384,17 +384,20 @@ func (r *replica) commit(p *pipeline, registers labels.Set) error {
 	s := r.spool()
 	req := &protocol.ReplicateRequest{Proposal: fragmentOf(s, true),
 		Registers: protocol.ProtoLabels(registers), Acknowledge: true}
-	if err := r.propose(p, req); err != nil {
+	resolve := r.proposing()
+	err := r.propose(p, req)
+	if err == nil {
+		err = s.Commit(registers.String())
+	}
+	if err != nil {
 		// Some peers may have committed it: until the next pipeline
 		// settles that, this replica's head may be short of theirs.
 		r.unsettle()
-		return err
-	}
-	if err := s.Commit(registers.String()); err != nil {
-		r.unsettle()
+		resolve()
 		return err
 	}
 	r.registers = registers
+	resolve() // Before readers waiting for it wake.
 	r.committed()
 	return nil
 }

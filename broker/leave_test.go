@@ -389,3 +389,76 @@ func TestUnsettledPrimaryDoesNotEndTheJournalAtItsHead(t *testing.T) {
 		t.Fatalf("once settled, the primary reads %q to head %d, %v; want the peer's commit", got, head, err)
 	}
 }
+
+// A primary whose commit is out (a peer committed it, another has yet to
+// answer) does not tell a reader that began meanwhile that the journal
+// ends at its head: the committed peer may have served the append.
+func TestPrimaryWithACommitOutWaitsBeforeEndingTheJournal(t *testing.T) {
+	const journal = "log/out"
+	c := holdPersistence(t, journal)
+	primary, second, third := c.threeReplicas(journal)
+
+	release := make(chan struct{})
+	proposalHook = func(r *replica, req *protocol.ReplicateRequest) error {
+		if r.journal == journal && r.srv == third.srv && req.Proposal.GetEnd() == 7 {
+			<-release // This replica answers late.
+		}
+		return nil
+	}
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() { unblock(); proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	appended := make(chan error, 1)
+	go func() {
+		_, err := appendOnce(ctx, primary, &protocol.AppendRequest{Journal: journal}, []byte("lone\n"))
+		appended <- err
+	}()
+	if got, err := readRange(ctx, second, journal, 2, 7); err != nil || string(got) != "lone\n" {
+		t.Fatalf("the peer serves %q, %v; want the commit", got, err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	got, head, err := readToHeadNow(short, primary, journal)
+	cancelShort()
+	if err == nil {
+		t.Fatalf("with its commit out, the primary says the journal ends at %d (%q)", head, got)
+	}
+	unblock()
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if got, head, err := readToHeadNow(ctx, primary, journal); err != nil || got != "a\nlone\n" || head != 7 {
+		t.Fatalf("once committed, the primary reads %q to head %d, %v", got, head, err)
+	}
+}
+
+// A read to the head without blocking ends under steady appends: it
+// waits for commits out when it began, not for later ones.
+func TestReadToTheHeadEndsUnderSteadyAppends(t *testing.T) {
+	const journal = "log/steady"
+	c := newCluster(t)
+	primary, _, _ := c.threeReplicas(journal)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			appendOnce(ctx, primary, &protocol.AppendRequest{Journal: journal}, []byte("x\n"))
+		}
+	})
+	for range 20 {
+		if _, _, err := readToHeadNow(ctx, primary, journal); err != nil {
+			t.Fatalf("a read to the head under steady appends: %v", err)
+		}
+	}
+}

@@ -112,7 +112,7 @@ func (r *replica) read(ctx context.Context, req *protocol.ReadRequest, stream pr
 		return err
 	}
 	r.mu.Lock()
-	offset, head := req.Offset, r.head
+	offset, head, proposed := req.Offset, r.head, r.proposals
 	r.mu.Unlock()
 	if offset < 0 {
 		offset = head
@@ -122,7 +122,7 @@ func (r *replica) read(ctx context.Context, req *protocol.ReadRequest, stream pr
 		return err
 	}
 	for req.EndOffset == 0 || offset < req.EndOffset {
-		next, err := r.readOnce(ctx, req, stream, offset)
+		next, err := r.readOnce(ctx, req, stream, offset, proposed)
 		if err != nil || next < 0 {
 			return err
 		}
@@ -133,7 +133,10 @@ func (r *replica) read(ctx context.Context, req *protocol.ReadRequest, stream pr
 
 // readOnce serves content at offset, returning the offset to continue
 // from, or -1 when the read is over.
-func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, stream protocol.Journal_ReadServer, offset int64) (int64, error) {
+//
+// proposed is the count of commits the replica had proposed, as primary,
+// when the read began (see commitsUnresolved).
+func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, stream protocol.Journal_ReadServer, offset int64, proposed uint64) (int64, error) {
 	r.mu.Lock()
 	cur, head, headSum, headCh := r.cur, r.head, r.headSum, r.headCh
 	r.mu.Unlock()
@@ -151,11 +154,12 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 			}
 			return r.sendSpool(stream, cur, offset, limit(head, req.EndOffset), head)
 		}
-		if !req.Block && !req.OwnHead && r.unsettledAtHead() {
+		if !req.Block && !req.OwnHead && (r.unsettledAtHead() || r.commitsUnresolved(proposed)) {
 			// A primary that is new to its route, or whose last commit
-			// failed, may lack commits its peers made, and served: saying
-			// the journal ends at its head could show a reader less than
-			// an earlier read did.
+			// failed, or whose commit proposed before this read began is
+			// still out, may lack commits its peers made, and served:
+			// saying the journal ends at its head could show a reader
+			// less than an earlier read did.
 			return r.awaitExpected(ctx, offset, headCh)
 		}
 		if !req.Block && r.expected(offset) {

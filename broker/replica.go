@@ -58,6 +58,10 @@ type replica struct {
 	// unsettledAtHead), since unsettledSince, for at most settleWait.
 	settled        *protocol.Route
 	unsettledSince time.Time
+	// proposals counts the commits this replica proposed as primary;
+	// resolved, those of them that committed or failed. A commit is out
+	// between the two: peers may have committed it, and served it.
+	proposals, resolved uint64
 
 	// token is held by whoever writes the spool: the append in progress on
 	// the primary, or the pipeline stream on another replica.
@@ -135,6 +139,30 @@ func (r *replica) unsettle() {
 	if r.settled != nil {
 		r.settled, r.unsettledSince = nil, time.Now()
 	}
+}
+
+// proposing records a commit proposal about to be sent; the returned
+// function records its outcome.
+func (r *replica) proposing() (resolve func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.proposals++
+	n := r.proposals
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.resolved = max(r.resolved, n)
+	}
+}
+
+// commitsUnresolved tells whether a commit among the first proposed
+// proposals is still out. A read at the head waits for those that were
+// proposed before it began, and no later ones: under steady appends, it
+// would chase the head forever.
+func (r *replica) commitsUnresolved(proposed uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.resolved < proposed
 }
 
 // unsettledAtHead tells whether a read at the head should wait: this
