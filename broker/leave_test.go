@@ -319,6 +319,47 @@ func TestPrimaryRetriesACopyBeforeRollingPast(t *testing.T) {
 	}
 }
 
+// A primary acknowledges only content it holds. A retry of an append
+// that committed on a peer alone, which the primary cannot copy, is not
+// answered from the peer's registers (that would acknowledge a commit
+// whose one copy is a spool the peer may lose before persisting it): it
+// commits again, and the first commit, if the peer persists it, is a
+// duplicate. (Found by the soak's long form: an acknowledged append was
+// lost with a broker's spool disk.)
+func TestRetryIsNotAnsweredFromAPeersUncopiedCommit(t *testing.T) {
+	const journal = "log/uncopied"
+	c := holdPersistence(t, journal)
+	primary, holder, failing := c.threeReplicas(journal)
+	patience := catchUpPatience
+	catchUpPatience = 100 * time.Millisecond
+	copyHook = func(r *replica, endpoint string) error {
+		if r.journal == journal {
+			return errors.New("test: the holder does not answer")
+		}
+		return nil
+	}
+	t.Cleanup(func() { copyHook, catchUpPatience = func(*replica, string) error { return nil }, patience })
+
+	failCommitOnce(t, failing, journal, 7)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := &protocol.AppendRequest{Journal: journal, Writer: "w1", Sequence: 1}
+	if resp, err := appendOnce(ctx, primary, req, []byte("lone\n")); err == nil && resp.Status == protocol.Status_OK {
+		t.Fatal("the append committed, though a replica failed it")
+	}
+	if got, err := readRange(ctx, holder, journal, 2, 7); err != nil || string(got) != "lone\n" {
+		t.Fatalf("the holder serves %q, %v; want the commit only it holds", got, err)
+	}
+	retry := appendAs(t, primary, journal, "w1", 1, "lone\n")
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	got, err := readRange(short, primary, journal, retry.Commit.Begin, retry.Commit.End)
+	if err != nil || string(got) != "lone\n" {
+		t.Fatalf("the retry was acknowledged at [%d, %d) (already committed: %t), where the primary serves %q, %v",
+			retry.Commit.Begin, retry.Commit.End, retry.AlreadyCommitted, got, err)
+	}
+}
+
 // readToHeadNow reads journal through b from its start to its write head,
 // without blocking, and returns the content and the head it reported.
 func readToHeadNow(ctx context.Context, b *testBroker, journal string) (string, int64, error) {

@@ -188,9 +188,15 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 	if len(holders) == 0 {
 		r.copyFailing = time.Time{} // Nothing to copy: failures to come count afresh.
 	} else {
-		adopted = r.adoptHolderRegisters(resps[holders[0]]) || adopted
-		if err := r.catchUp(ctx, p, resps, holders, at); err != nil {
+		copied, err := r.catchUp(ctx, p, resps, holders, at)
+		if err != nil {
 			return err
+		}
+		if copied {
+			// Only with the content they describe: a retry answered
+			// from them must find its commit here, not on a peer that
+			// may lose its spool before persisting it.
+			adopted = r.adoptHolderRegisters(resps[holders[0]]) || adopted
 		}
 		s = r.spool()
 	}
@@ -262,8 +268,9 @@ func (r *replica) adoptHolderRegisters(holder *protocol.ReplicateResponse) bool 
 
 // catchUpPatience bounds how long a primary keeps failing to build its
 // pipeline because it cannot copy content that only peers hold (see
-// catchUp), before it rolls past that content without it.
-const catchUpPatience = 20 * time.Second
+// catchUp), before it rolls past that content without it. A variable for
+// tests.
+var catchUpPatience = 20 * time.Second
 
 // catchUp copies into the primary's spool the content up to at that the
 // holders (peers whose spools end there) committed and the primary lacks:
@@ -272,19 +279,21 @@ const catchUpPatience = 20 * time.Second
 // on a holder to persist it: a holder lost first (a machine gone with its
 // disk) would leave a gap there, which a reader jumps and a recovery log
 // cannot play past. With this copy, the primary holds it too, and
-// persists it as it rolls.
+// persists it as it rolls. It tells whether it copied.
 //
 // If no holder serves it, the pipeline fails, to be built again; past
 // catchUpPatience of such failures, the primary rolls past the content
 // without it, relying on the holders (reads of it wait for it to reach
-// the store, see expect). The caller holds the token.
-func (r *replica) catchUp(ctx context.Context, p *pipeline, resps []*protocol.ReplicateResponse, holders []int, at int64) error {
+// the store, see expect), and without the registers of its commit (see
+// synchronize): a retry of that append commits again. The caller holds
+// the token.
+func (r *replica) catchUp(ctx context.Context, p *pipeline, resps []*protocol.ReplicateResponse, holders []int, at int64) (bool, error) {
 	var errs []error
 	for _, i := range holders {
 		err := r.copyFrom(ctx, p.route.Endpoints[i+1], resps[i].Fragment.GetBegin(), at)
 		if err == nil {
 			r.copyFailing = time.Time{}
-			return nil
+			return true, nil
 		}
 		errs = append(errs, err)
 	}
@@ -294,13 +303,13 @@ func (r *replica) catchUp(ctx context.Context, p *pipeline, resps []*protocol.Re
 	}
 	if failing := time.Since(r.copyFailing); failing < catchUpPatience {
 		r.srv.log.Warn("copying content only peers hold failed; will retry", "journal", r.journal, "end", at, "err", err)
-		return fmt.Errorf("%w: copying content through offset %d that only peers hold: %w", errPipeline, at, err)
+		return false, fmt.Errorf("%w: copying content through offset %d that only peers hold: %w", errPipeline, at, err)
 	}
 	r.copyFailing = time.Time{}
 	catchUpsAbandoned.Inc()
-	r.srv.log.Error("rolling past content only peers hold, which could not be copied; it is lost if they lose it before they persist it",
+	r.srv.log.Error("rolling past content only peers hold, which could not be copied; it is lost if they lose it before they persist it, and a retry of its append commits again",
 		"journal", r.journal, "end", at, "tried", catchUpPatience, "err", err)
-	return nil
+	return false, nil
 }
 
 // copyFrom copies the content of journal up to at from the peer at
