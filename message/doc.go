@@ -53,7 +53,9 @@
 //
 // A Framing writes messages to a journal's bytes and splits those bytes
 // back into frames, which it decodes. A journal holds messages of one
-// framing; FramingByName returns the framing of a name:
+// framing; FramingByName returns the framing of a name, json or proto (a
+// CSV framing needs its columns, so it is made by NewCSV rather than
+// named):
 //
 //   - JSONLines ("json"): one message per line, as encoding/json encodes
 //     and decodes it: the same bytes written (with SetEscapeHTML(false)),
@@ -86,12 +88,28 @@
 //     vtprotobuf's protoc-gen-go-vtproto also generated are encoded and
 //     decoded by its methods, several times faster than protobuf's
 //     reflection; see the Protobuf variable for how they differ.
+//   - CSV ("csv", made by NewCSV with its columns): one message per
+//     record of RFC 4180, whose fields are the declared columns, in
+//     order. The UUID is in a named column ("uuid" by default), which
+//     the framing fills from GetUUID and reads into SetUUID; the other
+//     columns are the fields of the application's struct, by their tag
+//     `csv:"name"` or their Go name. Fields are strings, bools, numbers,
+//     UUIDs, encoding.Text types and pointers to these; an unquoted empty
+//     cell is null (nil, or the zero value), "" is an empty string. A
+//     record may span lines, where a quoted field holds newlines; it ends
+//     with LF, or CRLF when read. A header (the columns' names, see
+//     CSV.Header) and blank lines may stand anywhere in a journal, as a
+//     reader may start anywhere: they are part of the frame of the record
+//     that follows them, and Unmarshal skips them. An acknowledgement is
+//     a record of its UUID alone.
 //
 // Unpack splits frames without decoding them and, for frames that fit in
 // the bufio.Reader's buffer, without copying or allocating, so that a
 // reader can skip frames cheaply; Unmarshal decodes a frame into a
 // message. Malformed content is reported and skipped: a JSON line that is
-// not valid JSON fails Unmarshal, and the next line reads as usual; bytes
+// not valid JSON fails Unmarshal, and the next line reads as usual (so
+// does a CSV record with bad quotes, the wrong number of fields or a cell
+// that does not parse, and Unmarshal's error names the column); bytes
 // that do not start a binary frame fail Unpack with ErrDesyncFrame, and
 // Unpack resynchronizes at the next frame's magic word. No frame may
 // exceed MaxFrameSize (64 MiB); a binary frame header with a larger

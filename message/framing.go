@@ -49,5 +49,5 @@ func FramingByName(name string) (Framing, error) {
 	case Protobuf.Name():
 		return Protobuf, nil
 	}
-	return nil, fmt.Errorf("message: unknown framing %q (want %q or %q)", name, JSONLines.Name(), Protobuf.Name())
+	return nil, fmt.Errorf("message: unknown framing %q (want %q or %q); a CSV framing is made by NewCSV, with its columns", name, JSONLines.Name(), Protobuf.Name())
 }

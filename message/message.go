@@ -30,7 +30,7 @@ type Message interface {
 // knows each frame's offset: the underlying offset less r.Buffered() is
 // the offset of the next frame.
 type Framing interface {
-	// Name returns the framing's name: "json" or "proto".
+	// Name returns the framing's name: "json", "proto" or "csv".
 	Name() string
 	// Marshal appends m to w as one frame. On error it writes nothing.
 	Marshal(m Message, w *bufio.Writer) error
