@@ -360,6 +360,45 @@ func TestRetryIsNotAnsweredFromAPeersUncopiedCommit(t *testing.T) {
 	}
 }
 
+// Nor does a failed copy leave the primary with the holder's registers:
+// once the holder is gone, the next pipeline rolls past the commit
+// without it, and a retry of its append commits again rather than be
+// answered with a range that no live replica holds.
+func TestFailedCopyLeavesNoRegistersOfTheCommit(t *testing.T) {
+	const journal = "log/copyfailed"
+	c := holdPersistence(t, journal)
+	primary, holder, failing := c.threeReplicas(journal)
+	copyHook = func(r *replica, endpoint string) error {
+		if r.journal == journal {
+			return errors.New("test: the holder does not answer")
+		}
+		return nil
+	}
+	t.Cleanup(func() { copyHook = func(*replica, string) error { return nil } })
+
+	failCommitOnce(t, failing, journal, 7)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := &protocol.AppendRequest{Journal: journal, Writer: "w1", Sequence: 1}
+	if resp, err := appendOnce(ctx, primary, req, []byte("lone\n")); err == nil && resp.Status == protocol.Status_OK {
+		t.Fatal("the append committed, though a replica failed it")
+	}
+	// The retry's first try finds the holder, fails to copy from it, and
+	// fails; then the holder is gone, its spool never persisted.
+	if resp, err := appendOnce(ctx, primary, req, []byte("lone\n")); err == nil && resp.Status == protocol.Status_OK {
+		t.Fatalf("the retry was acknowledged (%v) though the primary could not copy the commit", resp)
+	}
+	c.stop(holder)
+	retry := appendAs(t, primary, journal, "w1", 1, "lone\n")
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	got, err := readRange(short, primary, journal, retry.Commit.Begin, retry.Commit.End)
+	if err != nil || string(got) != "lone\n" {
+		t.Fatalf("the retry was acknowledged at [%d, %d) (already committed: %t), where the primary serves %q, %v",
+			retry.Commit.Begin, retry.Commit.End, retry.AlreadyCommitted, got, err)
+	}
+}
+
 // readToHeadNow reads journal through b from its start to its write head,
 // without blocking, and returns the content and the head it reported.
 func readToHeadNow(ctx context.Context, b *testBroker, journal string) (string, int64, error) {

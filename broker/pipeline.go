@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -184,21 +185,22 @@ func (r *replica) synchronize(ctx context.Context, p *pipeline) error {
 		}
 	}
 	r.expectBefore(at) // Remembered before anything can fail.
-	adopted := r.adoptRegisters(resps)
+	var copied *protocol.ReplicateResponse
 	if len(holders) == 0 {
 		r.copyFailing = time.Time{} // Nothing to copy: failures to come count afresh.
 	} else {
-		copied, err := r.catchUp(ctx, p, resps, holders, at)
-		if err != nil {
-			return err
-		}
-		if copied {
-			// Only with the content they describe: a retry answered
-			// from them must find its commit here, not on a peer that
-			// may lose its spool before persisting it.
-			adopted = r.adoptHolderRegisters(resps[holders[0]]) || adopted
+		var err error
+		if copied, err = r.catchUp(ctx, p, resps, holders, at); err != nil {
+			return err // Registers untouched: the next pipeline may lack the holder.
 		}
 		s = r.spool()
+	}
+	// Registers only with the content they describe: a retry answered
+	// from a holder's must find its commit here, not on a peer that may
+	// lose its spool before persisting it.
+	adopted := r.adoptRegisters(resps)
+	if copied != nil {
+		adopted = r.adoptHolderRegisters(copied) || adopted
 	}
 	if at == s.End() && !mismatched(resps) {
 		if !adopted {
@@ -279,7 +281,8 @@ var catchUpPatience = 20 * time.Second
 // on a holder to persist it: a holder lost first (a machine gone with its
 // disk) would leave a gap there, which a reader jumps and a recovery log
 // cannot play past. With this copy, the primary holds it too, and
-// persists it as it rolls. It tells whether it copied.
+// persists it as it rolls. It returns the answer of the holder it copied
+// from, or nil.
 //
 // If no holder serves it, the pipeline fails, to be built again; past
 // catchUpPatience of such failures, the primary rolls past the content
@@ -287,13 +290,17 @@ var catchUpPatience = 20 * time.Second
 // the store, see expect), and without the registers of its commit (see
 // synchronize): a retry of that append commits again. The caller holds
 // the token.
-func (r *replica) catchUp(ctx context.Context, p *pipeline, resps []*protocol.ReplicateResponse, holders []int, at int64) (bool, error) {
+func (r *replica) catchUp(ctx context.Context, p *pipeline, resps []*protocol.ReplicateResponse, holders []int, at int64) (*protocol.ReplicateResponse, error) {
 	var errs []error
 	for _, i := range holders {
-		err := r.copyFrom(ctx, p.route.Endpoints[i+1], resps[i].Fragment.GetBegin(), at)
+		registers := r.registers
+		if resps[i].RegistersKnown {
+			registers = protocol.LabelsOf(resps[i].Registers)
+		}
+		err := r.copyFrom(ctx, p.route.Endpoints[i+1], resps[i].Fragment.GetBegin(), at, registers)
 		if err == nil {
 			r.copyFailing = time.Time{}
-			return true, nil
+			return resps[i], nil
 		}
 		errs = append(errs, err)
 	}
@@ -303,21 +310,22 @@ func (r *replica) catchUp(ctx context.Context, p *pipeline, resps []*protocol.Re
 	}
 	if failing := time.Since(r.copyFailing); failing < catchUpPatience {
 		r.srv.log.Warn("copying content only peers hold failed; will retry", "journal", r.journal, "end", at, "err", err)
-		return false, fmt.Errorf("%w: copying content through offset %d that only peers hold: %w", errPipeline, at, err)
+		return nil, fmt.Errorf("%w: copying content through offset %d that only peers hold: %w", errPipeline, at, err)
 	}
 	r.copyFailing = time.Time{}
 	catchUpsAbandoned.Inc()
 	r.srv.log.Error("rolling past content only peers hold, which could not be copied; it is lost if they lose it before they persist it, and a retry of its append commits again",
 		"journal", r.journal, "end", at, "tried", catchUpPatience, "err", err)
-	return false, nil
+	return nil, nil
 }
 
 // copyFrom copies the content of journal up to at from the peer at
 // endpoint, whose spool begins at begin, into the primary's spool. What
 // the primary lacks before the peer's spool (the peer itself rolled past
 // it, lacking it) is expected from elsewhere: the primary rolls there
-// first. The caller holds the token.
-func (r *replica) copyFrom(ctx context.Context, endpoint string, begin, at int64) error {
+// first. The copy commits with registers, the peer's as of its end. The
+// caller holds the token.
+func (r *replica) copyFrom(ctx context.Context, endpoint string, begin, at int64, registers labels.Set) error {
 	s := r.spool()
 	from := max(s.End(), r.index.end(), begin)
 	if from >= at {
@@ -342,7 +350,7 @@ func (r *replica) copyFrom(ctx context.Context, endpoint string, begin, at int64
 		err = fmt.Errorf("it ends at offset %d", head)
 	}
 	if err == nil {
-		err = s.Commit(r.registers.String())
+		err = s.Commit(registers.String())
 	}
 	if err != nil {
 		s.Rollback()
