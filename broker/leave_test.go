@@ -298,14 +298,7 @@ func TestPrimaryRetriesACopyBeforeRollingPast(t *testing.T) {
 	const journal = "log/copyretried"
 	c := holdPersistence(t, journal)
 	primary, holder, _ := c.threeReplicas(journal)
-	var failures atomic.Int32
-	copyHook = func(r *replica, endpoint string) error {
-		if r.journal == journal && failures.Add(1) <= 3 {
-			return errors.New("test: the holder does not answer")
-		}
-		return nil
-	}
-	t.Cleanup(func() { copyHook = func(*replica, string) error { return nil } })
+	failures := failCopies(t, journal, 3)
 	holdLone(t, primary, holder, journal)
 
 	c.appendRetry(primary, journal, []byte("next\n"))
@@ -332,13 +325,8 @@ func TestRetryIsNotAnsweredFromAPeersUncopiedCommit(t *testing.T) {
 	primary, holder, failing := c.threeReplicas(journal)
 	patience := catchUpPatience
 	catchUpPatience = 100 * time.Millisecond
-	copyHook = func(r *replica, endpoint string) error {
-		if r.journal == journal {
-			return errors.New("test: the holder does not answer")
-		}
-		return nil
-	}
-	t.Cleanup(func() { copyHook, catchUpPatience = func(*replica, string) error { return nil }, patience })
+	t.Cleanup(func() { catchUpPatience = patience })
+	failCopies(t, journal, -1)
 
 	failCommitOnce(t, failing, journal, 7)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -368,13 +356,7 @@ func TestFailedCopyLeavesNoRegistersOfTheCommit(t *testing.T) {
 	const journal = "log/copyfailed"
 	c := holdPersistence(t, journal)
 	primary, holder, failing := c.threeReplicas(journal)
-	copyHook = func(r *replica, endpoint string) error {
-		if r.journal == journal {
-			return errors.New("test: the holder does not answer")
-		}
-		return nil
-	}
-	t.Cleanup(func() { copyHook = func(*replica, string) error { return nil } })
+	failCopies(t, journal, -1)
 
 	failCommitOnce(t, failing, journal, 7)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -397,6 +379,21 @@ func TestFailedCopyLeavesNoRegistersOfTheCommit(t *testing.T) {
 		t.Fatalf("the retry was acknowledged at [%d, %d) (already committed: %t), where the primary serves %q, %v",
 			retry.Commit.Begin, retry.Commit.End, retry.AlreadyCommitted, got, err)
 	}
+}
+
+// failCopies makes the first times copies of journal from a holder fail
+// (every copy, if times is negative), and returns the count of copies
+// tried.
+func failCopies(t *testing.T, journal string, times int32) *atomic.Int32 {
+	var tried atomic.Int32
+	copyHook = func(r *replica, endpoint string) error {
+		if r.journal == journal && (tried.Add(1) <= times || times < 0) {
+			return errors.New("test: the holder does not answer")
+		}
+		return nil
+	}
+	t.Cleanup(func() { copyHook = func(*replica, string) error { return nil } })
+	return &tried
 }
 
 // readToHeadNow reads journal through b from its start to its write head,
