@@ -228,6 +228,10 @@ func (s *soak) read(cl *client.Client, reader int, journal string, done <-chan s
 // journal taking appends.
 func (s *soak) cycle(i int, f fault, rnd *rand.Rand) {
 	s.t.Helper()
+	// A process the last fault cost its lease (cut from etcd, say) exits
+	// once it finds its member key gone, possibly after the cluster was
+	// whole again: the next fault must not find it restarting.
+	s.c.AwaitReady(servers...)
 	cy := cycle{fault: f.name, injected: s.h.Now()}
 	s.t.Logf("cycle %d: %s", i+1, f.name)
 	heal, target, err := f.inject(s, rnd)
