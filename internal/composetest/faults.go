@@ -1,6 +1,7 @@
 package composetest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -33,7 +34,7 @@ func (c *Cluster) Pid(service string) (int, error) {
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil || pid == 0 {
-		return 0, fmt.Errorf("%s is not running (pid %q)", service, strings.TrimSpace(string(out)))
+		return 0, fmt.Errorf("%s: %w (pid %q)", service, ErrNotRunning, strings.TrimSpace(string(out)))
 	}
 	return pid, nil
 }
@@ -173,10 +174,18 @@ func (c *Cluster) docker(verb, service string, flags ...string) error {
 	}
 	args := append(append([]string{verb}, flags...), id)
 	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+		if bytes.Contains(out, []byte("is restarting")) || bytes.Contains(out, []byte("is not running")) {
+			return fmt.Errorf("docker %s %s: %w: %s", verb, service, ErrNotRunning, out)
+		}
 		return fmt.Errorf("docker %s %s: %w: %s", verb, service, err, out)
 	}
 	return nil
 }
+
+// ErrNotRunning is wrapped by the error of a fault made on a service
+// whose process is not running: it exited (its lease ran out, or it
+// resigned) and Docker is restarting it.
+var ErrNotRunning = errors.New("not running")
 
 // Fill writes a file at path in service's container until its file
 // system is full, and returns the file's path on the host, for Unfill.

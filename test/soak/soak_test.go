@@ -228,25 +228,33 @@ func (s *soak) read(cl *client.Client, reader int, journal string, done <-chan s
 // journal taking appends.
 func (s *soak) cycle(i int, f fault, rnd *rand.Rand) {
 	s.t.Helper()
-	// A process the last fault cost its lease (cut from etcd, say) exits
-	// once it finds its member key gone, possibly after the cluster was
-	// whole again: the next fault must not find it restarting.
-	s.c.AwaitReady(servers...)
-	cy := cycle{fault: f.name, injected: s.h.Now()}
 	s.t.Logf("cycle %d: %s", i+1, f.name)
-	heal, target, err := f.inject(s, rnd)
-	cy.target = target
-	cy.healed = s.h.Now()
-	if heal != nil {
-		err = joinErr(err, heal())
-	}
-	if err != nil {
-		s.t.Fatalf("cycle %d, %s of %s: %v", i+1, f.name, target, err)
+	var cy cycle
+	for try := 1; ; try++ {
+		// A process the last fault cost its lease (cut from etcd, say)
+		// exits once it finds its member key gone, or resigns, possibly
+		// after the cluster was whole again: the next fault must not
+		// find it restarting; if it does, it is healed and made again.
+		s.c.AwaitReady(servers...)
+		cy = cycle{fault: f.name, injected: s.h.Now()}
+		heal, target, err := f.inject(s, rnd)
+		cy.target = target
+		cy.healed = s.h.Now()
+		if heal != nil {
+			err = joinErr(err, heal())
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, composetest.ErrNotRunning) || try == 3 {
+			s.t.Fatalf("cycle %d, %s of %s: %v", i+1, f.name, target, err)
+		}
+		s.t.Logf("cycle %d: %s of %s found it restarting; again: %v", i+1, f.name, target, err)
 	}
 	s.awaitWhole(i, cy)
 	cy.whole = s.h.Now()
 	s.cycles = append(s.cycles, cy)
-	s.t.Logf("cycle %d: %s of %s for %s; whole again %s later", i+1, f.name, target,
+	s.t.Logf("cycle %d: %s of %s for %s; whole again %s later", i+1, f.name, cy.target,
 		time.Duration(cy.healed-cy.injected).Round(time.Millisecond), time.Duration(cy.whole-cy.healed).Round(time.Millisecond))
 }
 
