@@ -190,6 +190,9 @@ func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, strea
 	if req.MetadataOnly {
 		return -1, r.sendMetadata(ctx, stream, e, offset, head)
 	}
+	if sent, err := r.srv.sendDirect(ctx, stream, req, e, offset, head); sent || err != nil {
+		return -1, err
+	}
 	return r.sendFragment(ctx, stream, e, offset, limit(e.frag.End, req.EndOffset), head)
 }
 

@@ -221,6 +221,9 @@ func (s *Server) readSuspended(req *protocol.ReadRequest, stream protocol.Journa
 		case ok && req.MetadataOnly:
 			return s.sendMetadata(ctx, stream, e, offset, head)
 		case ok:
+			if sent, err := s.sendDirect(ctx, stream, req, e, offset, head); sent || err != nil {
+				return err
+			}
 			offset, err = s.sendFragment(ctx, stream, ix, e, offset, limit(e.frag.End, req.EndOffset), head)
 			if err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,16 @@ type Config struct {
 	// largest; delays double between the two. Zeros mean DefaultBackoff
 	// and DefaultMaxBackoff.
 	Backoff, MaxBackoff time.Duration
+	// ReadThroughBrokers has brokers serve Readers all content, even
+	// content persisted to fragment stores, which Readers otherwise fetch
+	// from the stores themselves (see "Direct reads" in the package
+	// documentation): for clients that cannot reach the stores.
+	ReadThroughBrokers bool
+	// HTTPClient fetches persisted fragments from the URLs that brokers
+	// sign (direct reads of object stores): set it for a store whose TLS
+	// needs a CA of its own, or a proxy. Nil uses a client that the Client
+	// owns.
+	HTTPClient *http.Client
 }
 
 // UnreachableWarnInterval is the least time between a Client's warnings
@@ -107,6 +118,8 @@ type Client struct {
 	// brokers recognize a retry of an append that committed by the two.
 	writers  *writers
 	sequence atomic.Uint64
+	// direct fetches fragments for direct reads (direct.go).
+	direct *directFetcher
 }
 
 // New returns a Client of the brokers reachable through cfg.Broker. It
@@ -126,6 +139,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		router:  newRouter(splitBrokers(c.Broker), c.Zone),
 		pool:    &pool{opts: opts, conns: make(map[string]*grpc.ClientConn)},
 		writers: newWriters(newWriterName()),
+		direct:  newDirectFetcher(c.HTTPClient),
 	}, nil
 }
 
@@ -161,7 +175,10 @@ func (c *Client) warnUnreachable(op, journal, endpoint string, err error) {
 }
 
 // Close closes the client's connections. Requests in flight fail.
-func (c *Client) Close() error { return c.pool.close() }
+func (c *Client) Close() error {
+	c.direct.close()
+	return c.pool.close()
+}
 
 // Route returns a copy of the client's cached route of journal, or nil if
 // it has none.

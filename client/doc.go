@@ -89,9 +89,40 @@
 // read after it, and Read reports the gap once, as an *OffsetJumpError
 // with the offsets from and to; ReadRequest.SkipGaps skips gaps silently.
 //
+// # Direct reads
+//
+// Content persisted to fragment stores is read from the stores directly,
+// so that reading a journal's history (a backfill, a recovery log's
+// playback) loads the stores rather than the brokers that serve appends.
+// A Reader asks for direct reads (protocol.ReadRequest.Direct); a broker
+// whose read reaches a persisted fragment answers with the fragment and a
+// URL of it, a presigned URL for an object store or a file:// URL for a
+// file store, and ends the stream. The Reader fetches the URL (with
+// Config.HTTPClient, or an http.Client of its own, under its context),
+// decompresses it with the fragment's codec, and returns its content from
+// the Reader's offset to the fragment's end, verifying its length and
+// SHA-256 before it returns the last chunk; then it asks a broker again
+// from there. Content not yet persisted comes from brokers, as ever.
+//
+// Whatever fails in fetching a fragment (retention removed it since the
+// broker listed it, the store is out of reach, a file store is not
+// mounted where the client runs, its content does not match), the Reader
+// reads that fragment through a broker instead, which serves it, or finds
+// it gone and continues past it: Read then reports the same gap, and
+// returns the same content, as a read through brokers. Config.Logger is
+// told of such fallbacks, at most every UnreachableWarnInterval.
+//
+// A fetch that fails other than for want of the fragment (the store is
+// out of reach, or refuses) has the Client read that store's fragments
+// through brokers for StoreHoldOff before it tries again.
+// Config.ReadThroughBrokers (every read) and ReadRequest.ThroughBrokers
+// (one read) have brokers serve all content: for a client that cannot
+// reach the stores, which otherwise pays a failed attempt now and then.
+//
 // # Metrics
 //
 // The package registers Prometheus counters with the default registry,
 // named quire_client_*: appends, append bytes and retries; appender records
-// and batches; read streams, bytes, retries and offset jumps.
+// and batches; read streams, bytes, retries and offset jumps; direct reads
+// of fragments (by result: ok, or fallback to brokers) and their bytes.
 package client

@@ -24,6 +24,10 @@ type ReadRequest struct {
 	// SkipGaps continues silently past content that is no longer stored.
 	// Without it, Read reports each gap once with an *OffsetJumpError.
 	SkipGaps bool
+	// ThroughBrokers has brokers serve all of this read's content, as
+	// Config.ReadThroughBrokers does for every read: the Reader does not
+	// fetch persisted fragments from their stores itself.
+	ThroughBrokers bool
 }
 
 func (r *ReadRequest) validate() error {
@@ -57,6 +61,10 @@ func (r *ReadRequest) validate() error {
 // past it, and Read returns an *OffsetJumpError (matching ErrOffsetJump)
 // with no data; the next Read continues after the gap. Other errors are
 // returned as they happen; a later Read retries.
+//
+// Content persisted to fragment stores is read from the stores directly,
+// unless Config.ReadThroughBrokers or ReadRequest.ThroughBrokers says
+// otherwise (see "Direct reads" in the package documentation).
 type Reader struct {
 	c   *Client
 	ctx context.Context
@@ -76,6 +84,14 @@ type Reader struct {
 	failed    bool  // The last stream ended without progress.
 	redirects int   // NOT_REPLICA answers followed at once, since progress.
 	invalid   error // From validating req.
+
+	// Direct reads (direct.go).
+	streamDirect bool        // The stream asked for direct reads.
+	directRead   *directRead // A fragment being read from its store, or nil.
+	directBuf    []byte
+	// throughUntil is where a failed direct read ends: brokers serve the
+	// content before it.
+	throughUntil int64
 }
 
 // NewReader returns a Reader of req.Journal. It opens no stream until the
@@ -105,10 +121,11 @@ func (r *Reader) WriteHead() int64 { return r.writeHead }
 // caller must not modify it.
 func (r *Reader) Fragment() (*protocol.Fragment, string) { return r.fragment, r.url }
 
-// Close releases the Reader's stream. Read may be called again after it,
-// and opens a new one.
+// Close releases the Reader's stream, and any fragment it reads from a
+// store. Read may be called again after it, and opens a new one.
 func (r *Reader) Close() error {
 	r.closeStream()
+	r.closeDirect()
 	return nil
 }
 
@@ -126,10 +143,17 @@ func (r *Reader) Read(p []byte) (int, error) {
 		}
 		if r.req.EndOffset != 0 && r.offset >= r.req.EndOffset {
 			r.closeStream()
+			r.closeDirect()
 			return 0, io.EOF
 		}
 		if len(p) == 0 {
 			return 0, nil
+		}
+		if r.directRead != nil {
+			if err := r.readDirect(); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		if r.stream == nil {
 			if err := r.open(); err != nil {
@@ -166,15 +190,25 @@ func (r *Reader) open() error {
 	if err != nil {
 		return fmt.Errorf("client: read journal %q: %w", r.req.Journal, err)
 	}
-	ctx, cancel := context.WithCancel(r.ctx)
-	stream, err := jc.Read(ctx, &protocol.ReadRequest{
+	if r.offset >= r.throughUntil {
+		r.throughUntil = 0 // Past the fragment that a failed direct read left to brokers.
+	}
+	req := &protocol.ReadRequest{
 		Header:     r.c.router.header(),
 		Journal:    r.req.Journal,
 		Offset:     r.offset,
 		Block:      r.req.Block,
 		DoNotProxy: t.doNotProxy,
 		EndOffset:  r.req.EndOffset,
-	})
+		Direct:     r.direct(),
+	}
+	if r.offset < r.throughUntil && (req.EndOffset == 0 || r.throughUntil < req.EndOffset) {
+		// A direct read of the fragment ending there failed: a broker
+		// serves it, and the Reader reads directly again after it.
+		req.EndOffset = r.throughUntil
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	stream, err := jc.Read(ctx, req)
 	if err != nil {
 		cancel()
 		if isTransientCode(r.ctx, err) {
@@ -184,7 +218,7 @@ func (r *Reader) open() error {
 		return fmt.Errorf("client: read journal %q via %s: %w", r.req.Journal, t.endpoint, ctxError(r.ctx, err))
 	}
 	readsTotal.Inc()
-	r.stream, r.cancel, r.endpoint = stream, cancel, t.endpoint
+	r.stream, r.cancel, r.endpoint, r.streamDirect = stream, cancel, t.endpoint, req.Direct
 	return nil
 }
 
@@ -213,6 +247,8 @@ func (r *Reader) streamFailed(err error) error {
 	endpoint := r.endpoint
 	r.closeStream()
 	switch {
+	case err == io.EOF && r.throughUntil != 0 && r.offset >= r.throughUntil:
+		return nil // The end of a fragment read through a broker after a failed direct read.
 	case err == io.EOF:
 		readRetries.WithLabelValues("EOF").Inc()
 		return nil
@@ -256,6 +292,8 @@ func (r *Reader) handle(resp *protocol.ReadResponse) error {
 		r.buf = content
 		r.progress()
 		readBytes.Add(float64(len(content)))
+	} else if r.streamDirect && resp.GetFragmentUrl() != "" && len(resp.GetContent()) == 0 {
+		r.startDirect(resp.GetFragment(), resp.GetFragmentUrl())
 	}
 	return jumpErr
 }

@@ -152,6 +152,7 @@ type serveFlags struct {
 	etcd, prefix, zone, suffix string
 	listen, advertise, dir     string
 	broker                     string
+	throughBrokers             bool
 	admin                      admin.Flags
 	limit                      int
 	leaseTTL, unassignFailed   time.Duration
@@ -208,6 +209,8 @@ fail over when its lease expires.`,
 	fl.StringVar(&f.advertise, "advertise", "", "host:port that other processes reach this one at (default: the address --listen bound, or HOSTNAME:PORT if it listens on all interfaces)")
 	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_CONSUMER_DIR"), "directory of the shards' local stores, emptied at start (env QUIRE_CONSUMER_DIR; default a temporary directory, removed at exit)")
 	fl.StringVar(&f.broker, "broker", env.Or("QUIRE_BROKER", DefaultBroker), "host:port of any broker, or several, comma-separated: tried in turn while one is unreachable (env QUIRE_BROKER)")
+	fl.BoolVar(&f.throughBrokers, "through-brokers", false,
+		"read journals' content persisted to the fragment stores (sources and recovery logs) through the brokers, not from the stores directly: for a process that cannot reach the stores")
 	f.admin.AddFlags(fl, "")
 	fl.IntVar(&f.limit, "limit", DefaultLimit, "most shard replicas the process holds")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", DefaultLeaseTTL, "how long the process's keys outlive it if it dies: the time before its shards fail over")
@@ -370,7 +373,8 @@ func runServe(ctx context.Context, app Application, f serveFlags) error {
 		return fmt.Errorf("--etcd: %w (is quire dev running?)", err)
 	}
 	defer etcd.Close()
-	journals, err := client.New(ctx, client.Config{Broker: f.broker, Zone: f.zone, DialOptions: dialOpts, Logger: slog.Default()})
+	journals, err := client.New(ctx, client.Config{Broker: f.broker, Zone: f.zone, DialOptions: dialOpts, Logger: slog.Default(),
+		ReadThroughBrokers: f.throughBrokers})
 	if err != nil {
 		return err
 	}

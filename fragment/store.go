@@ -119,6 +119,20 @@ func writeCompressed(dst io.Writer, f Fragment, content io.Reader) error {
 	return nil
 }
 
+// NewReader returns a reader of f's uncompressed content from body, f's
+// stored bytes as fetched from elsewhere than a Store's Open (from the URL
+// that SignURL gave, say): it decompresses them with f.Codec, and verifies
+// the content's length and SHA-256 as Open's readers do, returning an
+// error wrapping ErrCorrupt from Read if they do not match f or the bytes
+// do not decompress. Closing the reader closes body.
+func NewReader(f Fragment, body io.ReadCloser) (io.ReadCloser, error) {
+	if err := f.Validate(); err != nil {
+		body.Close()
+		return nil, err
+	}
+	return openVerified(f, body)
+}
+
 // openVerified returns a reader of f's uncompressed content, decompressing
 // body with f.Codec and verifying length and SHA-256. Closing it closes
 // body. Errors that are not body's own (decompression errors, length or

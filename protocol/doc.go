@@ -28,7 +28,11 @@
 //     change conditioned on the spec's mod revision.
 //   - Read streams a journal's content from an offset: from a broker's
 //     spool or fragments, or, with metadataOnly, just where the content is
-//     so that the client fetches it from the store itself. A blocking read
+//     so that the client fetches it from the store itself. With direct,
+//     content not yet persisted is streamed, and a read that reaches a
+//     persisted fragment is answered with the fragment and its URL in the
+//     store (fragmentUrl), with no content, and ends: the client reads the
+//     fragment from the store, and reads on from its end. A blocking read
 //     at the write head waits for appends.
 //   - Append streams content to a journal's primary, which sequences it,
 //     replicates it to every other broker of the route and, once all hold

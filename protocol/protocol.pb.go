@@ -1239,7 +1239,16 @@ type ReadRequest struct {
 	// last commit failed), which otherwise waits until it knows.
 	// Brokers set it to compare a recovered spool with what the primary
 	// holds now.
-	OwnHead       bool `protobuf:"varint,8,opt,name=own_head,json=ownHead,proto3" json:"own_head,omitempty"`
+	OwnHead bool `protobuf:"varint,8,opt,name=own_head,json=ownHead,proto3" json:"own_head,omitempty"`
+	// The client reads persisted fragments from their stores itself: the
+	// broker answers a read that reaches one with the fragment and a URL
+	// from which to fetch its stored (compressed) bytes, with no content,
+	// and ends the stream; the client reads the fragment from the URL,
+	// decompressing it with the fragment's codec, and reads on from the
+	// fragment's end with another request. Content not yet persisted (a
+	// spool), and fragments of a store that cannot sign URLs, are streamed
+	// as without it. A broker that predates the field streams everything.
+	Direct        bool `protobuf:"varint,9,opt,name=direct,proto3" json:"direct,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1330,6 +1339,13 @@ func (x *ReadRequest) GetOwnHead() bool {
 	return false
 }
 
+func (x *ReadRequest) GetDirect() bool {
+	if x != nil {
+		return x.Direct
+	}
+	return false
+}
+
 // ReadResponse: a stream of responses, each either metadata (fragment,
 // write head, status) or a chunk of content at offset.
 type ReadResponse struct {
@@ -1338,11 +1354,16 @@ type ReadResponse struct {
 	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
 	// Offset of content, or where the read continues. It may be beyond the
 	// requested offset if content before it was removed.
-	Offset        int64     `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
-	WriteHead     int64     `protobuf:"varint,4,opt,name=write_head,json=writeHead,proto3" json:"write_head,omitempty"`
-	Fragment      *Fragment `protobuf:"bytes,5,opt,name=fragment,proto3" json:"fragment,omitempty"`
-	FragmentUrl   string    `protobuf:"bytes,6,opt,name=fragment_url,json=fragmentUrl,proto3" json:"fragment_url,omitempty"`
-	Content       []byte    `protobuf:"bytes,7,opt,name=content,proto3" json:"content,omitempty"`
+	Offset    int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	WriteHead int64 `protobuf:"varint,4,opt,name=write_head,json=writeHead,proto3" json:"write_head,omitempty"`
+	// The fragment whose content follows (or, with metadata_only or direct,
+	// that holds offset).
+	Fragment *Fragment `protobuf:"bytes,5,opt,name=fragment,proto3" json:"fragment,omitempty"`
+	// With metadata_only or direct: a URL from which the fragment's stored
+	// (compressed) bytes can be fetched, a signed URL for an object store or
+	// a file:// URL for a file store. Empty if its store cannot sign one.
+	FragmentUrl   string `protobuf:"bytes,6,opt,name=fragment_url,json=fragmentUrl,proto3" json:"fragment_url,omitempty"`
+	Content       []byte `protobuf:"bytes,7,opt,name=content,proto3" json:"content,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2686,7 +2707,7 @@ const file_protocol_proto_rawDesc = "" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x124\n" +
 	"\bfragment\x18\x03 \x01(\v2\x18.quire.protocol.FragmentR\bfragment\x123\n" +
 	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12'\n" +
-	"\x0fregisters_known\x18\x05 \x01(\bR\x0eregistersKnown\"\x86\x02\n" +
+	"\x0fregisters_known\x18\x05 \x01(\bR\x0eregistersKnown\"\x9e\x02\n" +
 	"\vReadRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x12\x16\n" +
@@ -2697,7 +2718,8 @@ const file_protocol_proto_rawDesc = "" +
 	"\rmetadata_only\x18\x06 \x01(\bR\fmetadataOnly\x12\x1d\n" +
 	"\n" +
 	"end_offset\x18\a \x01(\x03R\tendOffset\x12\x19\n" +
-	"\bown_head\x18\b \x01(\bR\aownHead\"\x98\x02\n" +
+	"\bown_head\x18\b \x01(\bR\aownHead\x12\x16\n" +
+	"\x06direct\x18\t \x01(\bR\x06direct\"\x98\x02\n" +
 	"\fReadResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x16\n" +

@@ -253,12 +253,13 @@ func writeJSON(w io.Writer, v any) error {
 type benchReadFlags struct {
 	journal, output string
 	offset          int64
+	throughBrokers  bool
 }
 
 func newBenchReadCommand(jf *journalsFlags) *cobra.Command {
 	var f benchReadFlags
 	cmd := &cobra.Command{
-		Use:   "read [-j NAME] [--offset N]",
+		Use:   "read [-j NAME] [--offset N] [--through-brokers]",
 		Short: "Read a journal from an offset to its write head, and report throughput",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -269,6 +270,7 @@ func newBenchReadCommand(jf *journalsFlags) *cobra.Command {
 	fl.StringVarP(&f.journal, "journal", "j", "bench/append", "the journal to read")
 	fl.Int64Var(&f.offset, "offset", 0, "offset to read from")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	fl.BoolVar(&f.throughBrokers, "through-brokers", false, throughBrokersUsage)
 	return cmd
 }
 
@@ -291,7 +293,7 @@ func runBenchRead(ctx context.Context, stdout io.Writer, jf *journalsFlags, f be
 	if f.offset < 0 {
 		return usagef("--offset %d is negative", f.offset)
 	}
-	c, err := jf.connect(ctx)
+	c, err := jf.connect(ctx, throughBrokers(f.throughBrokers))
 	if err != nil {
 		return err
 	}

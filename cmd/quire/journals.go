@@ -110,8 +110,9 @@ Errors are printed on standard error with a non-zero exit; bad input
 	return cmd
 }
 
-// connect validates the flags and returns a client of the broker.
-func (jf *journalsFlags) connect(ctx context.Context) (*client.Client, error) {
+// connect validates the flags and returns a client of the broker, with
+// edits (if any) applied to its config.
+func (jf *journalsFlags) connect(ctx context.Context, edits ...func(*client.Config)) (*client.Client, error) {
 	if err := validateBrokers(jf.broker); err != nil {
 		return nil, err
 	}
@@ -122,8 +123,21 @@ func (jf *journalsFlags) connect(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(ctx, client.Config{Broker: jf.broker, DialOptions: opts})
+	cfg := client.Config{Broker: jf.broker, DialOptions: opts}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	return client.New(ctx, cfg)
 }
+
+// throughBrokers is a config edit of connect: with on, Readers read all
+// content through brokers (--through-brokers).
+func throughBrokers(on bool) func(*client.Config) {
+	return func(cfg *client.Config) { cfg.ReadThroughBrokers = on }
+}
+
+// throughBrokersUsage is the usage of --through-brokers.
+const throughBrokersUsage = "read content persisted to the fragment stores through the brokers, not from the stores directly (for a machine that cannot reach the stores)"
 
 // dialOptions are the gRPC dial options of the TLS flags --PREFIX-* and
 // of the token flags.

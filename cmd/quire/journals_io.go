@@ -364,9 +364,10 @@ func stillWaiting(w io.Writer, d time.Duration, journal string) (stop func()) {
 // ---- read ----
 
 type readFlags struct {
-	journal     string
-	offset      int64
-	block, tail bool
+	journal        string
+	offset         int64
+	block, tail    bool
+	throughBrokers bool
 
 	selector, framing, offsets, offsetsOut, from string
 }
@@ -374,7 +375,7 @@ type readFlags struct {
 func newJournalsReadCommand(jf *journalsFlags) *cobra.Command {
 	var f readFlags
 	cmd := &cobra.Command{
-		Use:   "read (-j NAME | -l SELECTOR) [--offset N] [--block] [--tail] [--framing none|lines] [--offsets FILE] [--offsets-out FILE] [--from TIME]",
+		Use:   "read (-j NAME | -l SELECTOR) [--offset N] [--block] [--tail] [--framing none|lines] [--offsets FILE] [--offsets-out FILE] [--from TIME] [--through-brokers]",
 		Short: "Write journals' content to standard output",
 		Long: `Write the journal's content from --offset (default 0) to standard output,
 byte for byte, until the write head; with --block, then wait for more
@@ -407,7 +408,14 @@ written twice, none skipped.
 persisted at or after TIME, to the second, or not yet persisted (so
 after every persisted one). It is fragment-granular: the output may begin with
 content written somewhat before TIME (a fragment holds what was appended
-over up to its flush interval or length).`,
+over up to its flush interval or length).
+
+Content persisted to the fragment stores is read from the stores directly
+(the brokers say where: a signed URL of an object store, the path of a
+file store), and content not yet persisted through the brokers; a
+fragment that cannot be fetched (its store out of reach, a file store
+not mounted here) is read through the brokers instead.
+--through-brokers reads everything through the brokers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			offsetGiven := cmd.Flags().Changed("offset")
@@ -430,6 +438,7 @@ over up to its flush interval or length).`,
 	fl.StringVar(&f.offsets, "offsets", "", `JSON file of offsets to start journals at, {"JOURNAL": OFFSET}`)
 	fl.StringVar(&f.offsetsOut, "offsets-out", "", "write the offsets through which output was written to this file at the end")
 	fl.StringVar(&f.from, "from", "", "start at the first fragment persisted at or after this time (RFC 3339, or a duration ago: 1h)")
+	fl.BoolVar(&f.throughBrokers, "through-brokers", false, throughBrokersUsage)
 	return cmd
 }
 
@@ -443,7 +452,7 @@ func runRead(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, f
 	if f.offset < -1 {
 		return usagef("--offset %d: want an offset, or -1 for the write head", f.offset)
 	}
-	c, err := jf.connect(ctx)
+	c, err := jf.connect(ctx, throughBrokers(f.throughBrokers))
 	if err != nil {
 		return err
 	}

@@ -131,7 +131,7 @@ func runReadMulti(ctx context.Context, stdout, stderr io.Writer, jf *journalsFla
 		}
 	}
 	block := f.block || f.tail
-	c, err := jf.connect(ctx)
+	c, err := jf.connect(ctx, throughBrokers(f.throughBrokers))
 	if err != nil {
 		return err
 	}

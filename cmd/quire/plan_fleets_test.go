@@ -20,7 +20,7 @@ func decodeErrors(t *testing.T) float64 {
 
 // counterValue is the value of this process's counter name (one without
 // labels), or zero if it is not registered.
-func counterValue(t *testing.T, name string) float64 {
+func counterValue(t testing.TB, name string) float64 {
 	t.Helper()
 	families, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
