@@ -399,6 +399,9 @@ func (r *replica) commit(p *pipeline, registers labels.Set) error {
 	r.registers = registers
 	resolve() // Before readers waiting for it wake.
 	r.committed()
+	// Peers may now serve it. A failed send breaks the pipeline, which
+	// the next proposal finds; its synchronization acknowledges again.
+	_ = p.send(&protocol.ReplicateRequest{Acknowledged: s.End()})
 	return nil
 }
 

@@ -100,12 +100,15 @@ func (c *cluster) waitPersisted(b *testBroker, journal string, end int64) {
 	for {
 		resp, err := protocol.NewJournalClient(b.conn).ListFragments(context.Background(),
 			&protocol.FragmentsRequest{Journal: journal})
+		// Persisted through stored: every fragment up to there, not only
+		// the last (the persister may store a later fragment first).
 		var stored int64
 		if err == nil {
-			for _, f := range resp.Fragments {
-				if f.Fragment.Store != "" && f.Fragment.ModTime != 0 {
-					stored = max(stored, f.Fragment.End)
+			for _, f := range resp.Fragments { // In offset order.
+				if f.Fragment.Store == "" || f.Fragment.ModTime == 0 || f.Fragment.Begin > stored {
+					break
 				}
+				stored = max(stored, f.Fragment.End)
 			}
 		}
 		if stored >= end {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,9 +59,9 @@ func TestLeavingReplicaKeepsItsLoneCommitOutOfTheStore(t *testing.T) {
 		failed <- err
 	}()
 	<-blocked
-	// A read at the leaving replica's head returns once it commits.
-	if got, err := readRange(ctx, leaving, journal, 2, 7); err != nil || string(got) != "lone\n" {
-		t.Fatalf("the leaving replica serves %q, %v; want its commit", got, err)
+	awaitCommitted(ctx, t, leaving, journal, 7)
+	if got, st, err := readHere(ctx, leaving, journal, 2); err != nil || got != "" || st != protocol.Status_NOT_PRIMARY {
+		t.Fatalf("the leaving replica serves %q, then %s, %v; want none of its unacknowledged commit, and a redirect", got, st, err)
 	}
 
 	// It leaves: the journal's replication drops to 2, and its assignment
@@ -396,6 +397,49 @@ func failCopies(t *testing.T, journal string, times int32) *atomic.Int32 {
 	return &tried
 }
 
+// awaitCommitted waits until b's replica of journal has committed
+// through end.
+func awaitCommitted(ctx context.Context, t *testing.T, b *testBroker, journal string, end int64) {
+	t.Helper()
+	r, _ := b.srv.resolver.replica(journal)
+	for {
+		r.mu.Lock()
+		head, changed := r.head, r.headCh
+		r.mu.Unlock()
+		if head >= end {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("%s committed %s through %d, want %d", b.name, journal, head, end)
+		}
+	}
+}
+
+// readHere reads journal at b from offset, without blocking and without
+// b passing the read to the primary, and returns the content b served and
+// the status it ended with.
+func readHere(ctx context.Context, b *testBroker, journal string, offset int64) (string, protocol.Status, error) {
+	stream, err := protocol.NewJournalClient(b.conn).Read(ctx, &protocol.ReadRequest{Journal: journal, Offset: offset, DoNotProxy: true})
+	if err != nil {
+		return "", 0, err
+	}
+	var out []byte
+	for {
+		resp, err := stream.Recv()
+		switch {
+		case errors.Is(err, io.EOF):
+			return string(out), protocol.Status_OK, nil
+		case err != nil:
+			return string(out), 0, err
+		case resp.Status != protocol.Status_OK:
+			return string(out), resp.Status, nil
+		}
+		out = append(out, resp.Content...)
+	}
+}
+
 // readToHeadNow reads journal through b from its start to its write head,
 // without blocking, and returns the content and the head it reported.
 func readToHeadNow(ctx context.Context, b *testBroker, journal string) (string, int64, error) {
@@ -452,8 +496,9 @@ func TestUnsettledPrimaryDoesNotEndTheJournalAtItsHead(t *testing.T) {
 	if resp, err := appendOnce(ctx, primary, &protocol.AppendRequest{Journal: journal}, []byte("lone\n")); err == nil && resp.Status == protocol.Status_OK {
 		t.Fatal("the append committed, though a replica failed it")
 	}
-	if got, err := readRange(ctx, second, journal, 2, 7); err != nil || got == nil || string(got) != "lone\n" {
-		t.Fatalf("the peer serves %q, %v; want the commit", got, err)
+	awaitCommitted(ctx, t, second, journal, 7)
+	if got, st, err := readHere(ctx, second, journal, 2); err != nil || got != "" || st != protocol.Status_NOT_PRIMARY {
+		t.Fatalf("the peer serves %q, then %s, %v; want none of the commit the primary failed, and a redirect", got, st, err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	got, head, err := readToHeadNow(short, primary, journal)
@@ -464,6 +509,10 @@ func TestUnsettledPrimaryDoesNotEndTheJournalAtItsHead(t *testing.T) {
 	unblock()
 	if got, head, err := readToHeadNow(ctx, primary, journal); err != nil || got != "a\nlone\n" || head != 7 {
 		t.Fatalf("once settled, the primary reads %q to head %d, %v; want the peer's commit", got, head, err)
+	}
+	// The pipeline that settled it made it the journal's: the peer serves it now.
+	if got, err := readRange(ctx, second, journal, 2, 7); err != nil || string(got) != "lone\n" {
+		t.Fatalf("once settled, the peer serves %q, %v; want the commit", got, err)
 	}
 }
 
@@ -493,9 +542,20 @@ func TestPrimaryWithACommitOutWaitsBeforeEndingTheJournal(t *testing.T) {
 		_, err := appendOnce(ctx, primary, &protocol.AppendRequest{Journal: journal}, []byte("lone\n"))
 		appended <- err
 	}()
-	if got, err := readRange(ctx, second, journal, 2, 7); err != nil || string(got) != "lone\n" {
-		t.Fatalf("the peer serves %q, %v; want the commit", got, err)
+	awaitCommitted(ctx, t, second, journal, 7)
+	if got, st, err := readHere(ctx, second, journal, 2); err != nil || got != "" || st != protocol.Status_NOT_PRIMARY {
+		t.Fatalf("the peer serves %q, then %s, %v; want none of the commit not yet acknowledged, and a redirect", got, st, err)
 	}
+	// A reader waiting at the peer gets the commit once the primary
+	// acknowledges it.
+	served := make(chan string, 1)
+	go func() {
+		got, err := readRange(ctx, second, journal, 2, 7)
+		if err != nil {
+			served <- err.Error()
+		}
+		served <- string(got)
+	}()
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	got, head, err := readToHeadNow(short, primary, journal)
 	cancelShort()
@@ -505,6 +565,9 @@ func TestPrimaryWithACommitOutWaitsBeforeEndingTheJournal(t *testing.T) {
 	unblock()
 	if err := <-appended; err != nil {
 		t.Fatal(err)
+	}
+	if got := <-served; got != "lone\n" {
+		t.Fatalf("once acknowledged, the peer serves %q; want the commit", got)
 	}
 	if got, head, err := readToHeadNow(ctx, primary, journal); err != nil || got != "a\nlone\n" || head != 7 {
 		t.Fatalf("once committed, the primary reads %q to head %d, %v", got, head, err)

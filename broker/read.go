@@ -112,7 +112,7 @@ func (r *replica) read(ctx context.Context, req *protocol.ReadRequest, stream pr
 		return err
 	}
 	r.mu.Lock()
-	offset, head, proposed := req.Offset, r.head, r.proposals
+	offset, head, proposed := req.Offset, r.readable(req, r.head), r.proposals
 	r.mu.Unlock()
 	if offset < 0 {
 		offset = head
@@ -138,14 +138,21 @@ func (r *replica) read(ctx context.Context, req *protocol.ReadRequest, stream pr
 // when the read began (see commitsUnresolved).
 func (r *replica) readOnce(ctx context.Context, req *protocol.ReadRequest, stream protocol.Journal_ReadServer, offset int64, proposed uint64) (int64, error) {
 	r.mu.Lock()
-	cur, head, headSum, headCh := r.cur, r.head, r.headSum, r.headCh
+	cur, committed, headSum, headCh := r.cur, r.head, r.headSum, r.headCh
+	head := r.readable(req, committed)
 	r.mu.Unlock()
 	if offset >= cur.Begin {
-		if offset >= head && !r.current() {
-			// Its head may not be the journal's: the primary serves on.
+		if offset >= head && (!r.current() || head < committed && !req.Block) {
+			// Its head may not be the journal's, or what it holds there is
+			// not acknowledged yet: the primary serves on. (A blocking
+			// read waits here for the acknowledgement.)
 			return r.miss(ctx, req, stream, offset, -1, cur.Begin, head, nil)
 		}
 		if offset < head {
+			if req.MetadataOnly && head < committed {
+				// headSum is of committed, not of head.
+				return r.miss(ctx, req, stream, offset, -1, cur.Begin, head, nil)
+			}
 			if req.MetadataOnly {
 				// Of head, not of cur: its end and sum change under appends,
 				// and this read does not hold the token.

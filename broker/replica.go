@@ -36,7 +36,14 @@ type replica struct {
 	cur       *spool.Spool  // current spool; nil until ready
 	head      int64         // committed end of cur: the write head
 	headSum   [32]byte      // SHA-256 of cur's content up to head
-	headCh    chan struct{} // closed when head or cur changes
+	headCh    chan struct{} // closed when head, acked or cur changes
+	// acked is the end of cur's content that the primary acknowledged
+	// (see protocol.ReplicateRequest.Acknowledged). Invariant: a replica
+	// that is not the primary serves readers cur only up to acked. Content
+	// past it committed here, but may yet fail at the primary, be rolled
+	// past by the next pipeline, and be lost with this replica's disk: a
+	// reader that saw it would find it gone, or written again by a retry.
+	acked int64
 	ready     chan struct{} // closed once cur exists
 	// Content before expect that this replica lacks is held by a peer and
 	// on its way to the stores: reads wait for it rather than skip it.
@@ -584,7 +591,7 @@ func (r *replica) startSpool(latest *spool.Recovered) error {
 		return err
 	}
 	r.mu.Lock()
-	r.cur, r.head, r.headSum = s, s.Begin, s.Sum()
+	r.cur, r.head, r.headSum, r.acked = s, s.Begin, s.Sum(), s.Begin
 	close(r.ready)
 	r.mu.Unlock()
 	return nil
@@ -620,6 +627,30 @@ func (r *replica) committed() {
 	r.head, r.headSum = r.cur.End(), r.cur.Sum()
 	close(r.headCh)
 	r.headCh = make(chan struct{})
+}
+
+// acknowledge records that the primary acknowledged cur's content up to
+// end, and wakes readers waiting for it.
+func (r *replica) acknowledge(end int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if end = min(end, r.head); end <= r.acked {
+		return
+	}
+	r.acked = end
+	close(r.headCh)
+	r.headCh = make(chan struct{})
+}
+
+// readable is how far a reader of req may read cur, whose committed end
+// is head: to head at the primary, which acknowledges what it commits, and
+// for a broker comparing its spool with a peer's (own_head); elsewhere,
+// to what the primary acknowledged. The caller holds mu.
+func (r *replica) readable(req *protocol.ReadRequest, head int64) int64 {
+	if req.OwnHead || indexOf(r.route, r.srv.id) == 0 {
+		return head
+	}
+	return min(head, r.acked)
 }
 
 // roll replaces the current spool by an empty one at offset at, handing the
@@ -658,7 +689,9 @@ func (r *replica) roll(at int64) error {
 		return err // The old spool stays current, and indexed: both serve its content.
 	}
 	r.mu.Lock()
-	r.cur, r.head, r.headSum = s, at, s.Sum()
+	// Content before at is the journal's for good: the primary rolled
+	// every replica past it.
+	r.cur, r.head, r.headSum, r.acked = s, at, s.Sum(), at
 	close(r.headCh)
 	r.headCh = make(chan struct{})
 	r.mu.Unlock()

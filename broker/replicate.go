@@ -80,6 +80,9 @@ func (r *replica) replicate(ctx context.Context, stream protocol.Journal_Replica
 
 func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_ReplicateServer, req *protocol.ReplicateRequest, route *protocol.Route) error {
 	s := r.spool()
+	if req.Acknowledged != 0 {
+		r.acknowledge(req.Acknowledged)
+	}
 	if len(req.Content) != 0 {
 		if want := s.Pending() - s.End(); req.ContentDelta != want {
 			return fmt.Errorf("replicating %s: content delta %d, but %d bytes are pending", r.journal, req.ContentDelta, want)
@@ -142,6 +145,8 @@ func (r *replica) applyProposal(req *protocol.ReplicateRequest) (protocol.Status
 			return 0, err
 		}
 		r.registers, r.registersKnown = registers, true
+		// The primary holds this content committed: it is the journal's.
+		r.acknowledge(p.End)
 	case p.Begin == p.End && p.Begin >= s.End():
 		r.registers, r.registersKnown = registers, true
 		r.expectBefore(p.Begin)

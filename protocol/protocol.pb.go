@@ -1052,8 +1052,16 @@ type ReplicateRequest struct {
 	Registers []*Label               `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
 	Content   []byte                 `protobuf:"bytes,5,opt,name=content,proto3" json:"content,omitempty"`
 	// Offset of content relative to the end of the last proposal.
-	ContentDelta  int64 `protobuf:"varint,6,opt,name=content_delta,json=contentDelta,proto3" json:"content_delta,omitempty"`
-	Acknowledge   bool  `protobuf:"varint,7,opt,name=acknowledge,proto3" json:"acknowledge,omitempty"`
+	ContentDelta int64 `protobuf:"varint,6,opt,name=content_delta,json=contentDelta,proto3" json:"content_delta,omitempty"`
+	Acknowledge  bool  `protobuf:"varint,7,opt,name=acknowledge,proto3" json:"acknowledge,omitempty"`
+	// The end of the content the primary has acknowledged: every replica of
+	// its pipeline committed it, and so did the primary. Sent, with no
+	// proposal, after each commit. A replica serves readers its spool only
+	// up to there: content it committed beyond it may yet fail at the
+	// primary, be rolled past, and be lost with this replica, and a reader
+	// must never have seen it. (A primary that predates the field never
+	// sends it: its peers serve their current spool through it.)
+	Acknowledged  int64 `protobuf:"varint,8,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,6 +1143,13 @@ func (x *ReplicateRequest) GetAcknowledge() bool {
 		return x.Acknowledge
 	}
 	return false
+}
+
+func (x *ReplicateRequest) GetAcknowledged() int64 {
+	if x != nil {
+		return x.Acknowledged
+	}
+	return 0
 }
 
 type ReplicateResponse struct {
@@ -2693,7 +2708,7 @@ const file_protocol_proto_rawDesc = "" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x120\n" +
 	"\x06commit\x18\x03 \x01(\v2\x18.quire.protocol.FragmentR\x06commit\x123\n" +
 	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12+\n" +
-	"\x11already_committed\x18\x05 \x01(\bR\x10alreadyCommitted\"\xa8\x02\n" +
+	"\x11already_committed\x18\x05 \x01(\bR\x10alreadyCommitted\"\xcc\x02\n" +
 	"\x10ReplicateRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x124\n" +
@@ -2701,7 +2716,8 @@ const file_protocol_proto_rawDesc = "" +
 	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12\x18\n" +
 	"\acontent\x18\x05 \x01(\fR\acontent\x12#\n" +
 	"\rcontent_delta\x18\x06 \x01(\x03R\fcontentDelta\x12 \n" +
-	"\vacknowledge\x18\a \x01(\bR\vacknowledge\"\x87\x02\n" +
+	"\vacknowledge\x18\a \x01(\bR\vacknowledge\x12\"\n" +
+	"\facknowledged\x18\b \x01(\x03R\facknowledged\"\x87\x02\n" +
 	"\x11ReplicateResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x124\n" +

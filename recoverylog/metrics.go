@@ -22,6 +22,9 @@ var (
 		[]string{"reason"})
 	playedBytes = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_recoverylog_played_bytes_total", Help: "Recovery-log bytes read by players."})
+	gapsCrossed = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_recoverylog_gaps_crossed_total",
+		Help: "Gaps that players crossed in recovery logs: the frames of an append never acknowledged, lost with the one replica that held them. The ops after each follow those before it."})
 	skippedBytes = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_recoverylog_skipped_bytes_total", Help: "Recovery-log bytes that players skipped, as their hints allowed."})
 )

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -169,17 +170,53 @@ func (p *Player) playFrom(ctx context.Context, block bool) error {
 	rd := p.cfg.Client.NewReader(ctx, client.ReadRequest{Journal: p.cfg.Journal, Offset: p.fsm.Offset, Block: block})
 	defer rd.Close()
 	ops := &opReader{r: bufio.NewReaderSize(&countingReader{rd, &p.bytesRead}, 1<<20), offset: p.fsm.Offset}
+	var gap error // The gap just crossed, if the last read crossed one.
 	for {
 		begin := ops.offset
 		op, err := ops.next()
 		p.writeHead.Store(rd.WriteHead())
-		if err != nil {
+		if to, ok := gapAt(err, begin); ok {
+			gap = p.crossGap(err, begin, to)
+			p.fsm.Offset, ops.offset = to, to
+			continue
+		} else if err != nil {
 			return p.readError(err, begin, rd.WriteHead())
 		}
-		if err := p.apply(&op, begin, ops.offset); err != nil {
+		if err := p.apply(&op, begin, ops.offset); err != nil && gap != nil {
+			return fmt.Errorf("%w, after %w", err, gap)
+		} else if err != nil {
 			return err
 		}
+		gap = nil
 	}
+}
+
+// gapAt tells whether err is the log's reader jumping over a gap that
+// begins at offset, a frame's boundary, and returns where the log resumes.
+//
+// Such a gap held the frames of an append that no replica kept but one,
+// since lost with its disk: the append failed at the log's primary, whose
+// next pipeline rolled past it. It was never acknowledged, so no recorder
+// counted it durable (its recorder, refused the retry, stopped), and the
+// ops after the gap must follow from those before it; apply checks that
+// by their sequence numbers. A gap within a frame is a corruption.
+func gapAt(err error, offset int64) (int64, bool) {
+	var jump *client.OffsetJumpError
+	if !errors.As(err, &jump) || jump.From != offset {
+		return 0, false
+	}
+	return jump.To, true
+}
+
+// crossGap records that playback crossed the gap [from, to), which jump
+// reported, and returns it as an error to name if the next op does not
+// follow: content is missing after all.
+func (p *Player) crossGap(jump error, from, to int64) error {
+	gapsCrossed.Inc()
+	p.offset.Store(to)
+	slog.Warn("recovery-log playback crossed a gap: an append that was never acknowledged, lost with the one replica that held it",
+		"log", p.cfg.Journal, "from", from, "to", to)
+	return fmt.Errorf("the gap [%d, %d) in the log (%w)", from, to, jump)
 }
 
 func (p *Player) readError(err error, offset, head int64) error {

@@ -102,6 +102,12 @@ func (p *Player) playSegment(ctx context.Context, seg Segment, read map[uint64]*
 		begin := ops.offset
 		op, err := ops.next()
 		p.writeHead.Store(rd.WriteHead())
+		if to, ok := gapAt(err, begin); ok {
+			// The next op must still follow lastSeq, checked below.
+			p.crossGap(err, begin, to)
+			ops.offset = to
+			continue
+		}
 		if err == io.EOF {
 			return 0, fmt.Errorf("recoverylog: log %q: %w: hints need the log up to offset %d, it ends at %d (write head %d)",
 				j, ErrBadHints, seg.End, begin, rd.WriteHead())

@@ -43,6 +43,10 @@ type AppendInput struct {
 // AppendOutput is the committed range of an append.
 type AppendOutput struct{ Begin, End int64 }
 
+// GapInput is a gap in Journal: offsets it skips (see Verdict.Gaps). Its
+// output is the gap's range, as an append's is.
+type GapInput struct{ Journal string }
+
 // ReadInput is a read of Journal, from its first byte to its write head.
 type ReadInput struct{ Journal string }
 
@@ -56,6 +60,8 @@ func journalOf(input any) string {
 	case AppendInput:
 		return in.Journal
 	case ReadInput:
+		return in.Journal
+	case GapInput:
 		return in.Journal
 	}
 	return ""
@@ -95,6 +101,13 @@ var Log = porcupine.Model{
 				return false, s
 			}
 			return true, s.extend(in.Data)
+		case GapInput:
+			// A reader reads a gap as NUL bytes (see readWhole).
+			out := output.(AppendOutput)
+			if out.Begin != s.Len {
+				return false, s
+			}
+			return true, s.extend(make([]byte, out.End-out.Begin))
 		case ReadInput:
 			return output.(ReadOutput).State == s, s
 		}
@@ -106,6 +119,9 @@ var Log = porcupine.Model{
 		case AppendInput:
 			out := output.(AppendOutput)
 			return fmt.Sprintf("append %q -> [%d, %d)", in.Data, out.Begin, out.End)
+		case GapInput:
+			out := output.(AppendOutput)
+			return fmt.Sprintf("gap [%d, %d)", out.Begin, out.End)
 		case ReadInput:
 			return fmt.Sprintf("read -> %d bytes", output.(ReadOutput).State.Len)
 		}

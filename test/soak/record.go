@@ -97,6 +97,13 @@ type Verdict struct {
 	// Violations found, by kind: acknowledged appends missing or at
 	// another range, records held twice, lines no append wrote.
 	Lost, Duplicated, Moved, Torn int
+	// Gaps the journals skip, and their bytes: offsets an append committed
+	// on one replica only, which was lost with its disk before the
+	// primary could copy them; the primary rolled past them. They count
+	// as appends of unknown bytes that no one was told of: an
+	// acknowledged append in one is lost.
+	Gaps     int
+	GapBytes int64
 	// Problems describes the violations (the first 50), as sentences;
 	// none if the history holds.
 	Problems     []string
@@ -119,8 +126,14 @@ func (h *History) Check(final map[string][]byte, finalRead int64, timeout time.D
 	h.mu.Unlock()
 	v := &Verdict{Journals: len(final)}
 	found := map[string]map[string]AppendOutput{} // journal, record: range
+	var gaps []porcupine.Operation
 	for journal, content := range final {
-		found[journal] = v.records(journal, content)
+		var at []AppendOutput
+		found[journal], at = v.records(journal, content)
+		for _, g := range at {
+			// It took effect at some time no one saw.
+			gaps = append(gaps, porcupine.Operation{ClientId: -2, Input: GapInput{journal}, Call: 0, Output: g, Return: math.MaxInt64})
+		}
 	}
 	for _, op := range ops {
 		in, ok := op.Input.(AppendInput)
@@ -151,6 +164,7 @@ func (h *History) Check(final map[string][]byte, finalRead int64, timeout time.D
 		}
 		v.ops = append(v.ops, op.Operation)
 	}
+	v.ops = append(v.ops, gaps...)
 	for journal, content := range final {
 		v.ops = append(v.ops, porcupine.Operation{ClientId: -1, Input: ReadInput{journal}, Call: finalRead, Output: ReadOutput{stateOf(content)}, Return: math.MaxInt64})
 	}
@@ -162,10 +176,22 @@ func (h *History) Check(final map[string][]byte, finalRead int64, timeout time.D
 }
 
 // records parses content, a journal's whole, into its records and the
-// ranges they are at, noting torn or foreign lines and duplicates.
-func (v *Verdict) records(journal string, content []byte) map[string]AppendOutput {
-	out := map[string]AppendOutput{}
+// ranges they are at, noting torn or foreign lines and duplicates, and
+// returns the gaps between them (NUL bytes: see readWhole).
+func (v *Verdict) records(journal string, content []byte) (map[string]AppendOutput, []AppendOutput) {
+	out, gaps := map[string]AppendOutput{}, []AppendOutput(nil)
 	for offset := int64(0); offset < int64(len(content)); {
+		if content[offset] == 0 {
+			end := offset + 1
+			for end < int64(len(content)) && content[end] == 0 {
+				end++
+			}
+			gaps = append(gaps, AppendOutput{offset, end})
+			v.Gaps++
+			v.GapBytes += end - offset
+			offset = end
+			continue
+		}
 		line := content[offset:]
 		if i := bytes.IndexByte(line, '\n'); i >= 0 {
 			line = line[:i+1]
@@ -184,7 +210,7 @@ func (v *Verdict) records(journal string, content []byte) map[string]AppendOutpu
 		}
 		out[string(line)] = at
 	}
-	return out
+	return out, gaps
 }
 
 func (v *Verdict) problem(format string, args ...any) {

@@ -74,6 +74,32 @@ func TestCheckUnknownAppends(t *testing.T) {
 	}
 }
 
+// A gap (offsets the journal skips, read as NUL bytes) holding no
+// acknowledged append is counted, not a violation: it is an append no one
+// was told of, whose bytes were lost. Reads before and after it hold.
+// One where an acknowledged append was is a loss.
+func TestCheckGaps(t *testing.T) {
+	h, a, b := history(t)
+	gap := make([]byte, 7)
+	c := Record(4, 1, 0)
+	at := int64(len(a) + len(b) + len(gap))
+	h.Append(4, "j", c, 50, 60, AppendOutput{at, at + int64(len(c))}, nil)
+	final := bytes.Join([][]byte{a, b, gap, c}, nil)
+	h.Read(3, "j", final, 70, 80)
+	v := h.Check(map[string][]byte{"j": final}, 100, time.Minute)
+	if !v.OK() || v.Gaps != 1 || v.GapBytes != 7 || v.Appends != 3 {
+		t.Fatalf("verdict %+v, want it to hold, with 3 appends and a gap of 7 bytes", v)
+	}
+
+	lostInGap := bytes.Join([][]byte{a, make([]byte, len(b)), c}, nil)
+	h, a, _ = history(t)
+	at = int64(len(lostInGap) - len(c))
+	h.Append(4, "j", c, 50, 60, AppendOutput{at, at + int64(len(c))}, nil)
+	if v := h.Check(map[string][]byte{"j": lostInGap}, 100, time.Minute); v.OK() || v.Lost != 1 {
+		t.Fatalf("verdict %+v, want the acknowledged append in the gap lost", v)
+	}
+}
+
 func TestParseRecord(t *testing.T) {
 	for _, line := range []string{"", "w01-00000001\n", "w01-0000000a x\n", "w01-00000001 xy\n", "w01-00000001 x"} {
 		if _, _, ok := parseRecord([]byte(line)); ok {
