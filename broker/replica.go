@@ -44,7 +44,7 @@ type replica struct {
 	// past by the next pipeline, and be lost with this replica's disk: a
 	// reader that saw it would find it gone, or written again by a retry.
 	acked int64
-	ready     chan struct{} // closed once cur exists
+	ready chan struct{} // closed once cur exists
 	// Content before expect that this replica lacks is held by a peer and
 	// on its way to the stores: reads wait for it rather than skip it.
 	expect      int64
