@@ -37,6 +37,7 @@ type replica struct {
 	head      int64         // committed end of cur: the write head
 	headSum   [32]byte      // SHA-256 of cur's content up to head
 	headCh    chan struct{} // closed when head, acked or cur changes
+	ready     chan struct{} // closed once cur exists
 	// acked is the end of cur's content that the primary acknowledged
 	// (see protocol.ReplicateRequest.Acknowledged). Invariant: a replica
 	// that is not the primary serves readers cur only up to acked. Content
@@ -44,7 +45,6 @@ type replica struct {
 	// past by the next pipeline, and be lost with this replica's disk: a
 	// reader that saw it would find it gone, or written again by a retry.
 	acked int64
-	ready chan struct{} // closed once cur exists
 	// Content before expect that this replica lacks is held by a peer and
 	// on its way to the stores: reads wait for it rather than skip it.
 	expect      int64
