@@ -58,6 +58,17 @@
 // retried append that had committed after all is refused rather than
 // written twice (the recorder then stops, as it cannot know).
 //
+// The log may still hold a gap where a recorder's append was: one that
+// committed on a single replica of the journal and failed at its
+// primary, whose next pipeline rolled past it when that replica was lost
+// with its disk. It was never acknowledged (nor shown to any reader), so
+// the recorder never reported it durable; it stopped instead, and the
+// next recorder appends after the gap, continuing from the ops before it.
+// A player crosses a gap that begins at a frame's boundary, logging it
+// and counting it in quire_recoverylog_gaps_crossed_total, and the next
+// op must follow from the state before the gap: a gap of ops that later
+// ones depend on fails playback, naming the gap.
+//
 // What Pebble does that the recorder rejects or simplifies:
 // ReuseForWrite (WAL recycling, which Pebble cannot disable) creates a
 // new file rather than reusing the old one, as its contract allows;
