@@ -59,6 +59,7 @@ var ErrCorrupt = errors.New("fragment content does not match its name")
 //
 //	file:///abs/path/
 //	s3://bucket/prefix/?endpoint=host:port&region=REGION&insecure=true
+//	gs://bucket/prefix/?endpoint=host:port&insecure=true
 //
 // A file store's directory is created if missing. An S3 store's
 // credentials come from the environment variables AWS_ACCESS_KEY_ID and
@@ -68,7 +69,18 @@ var ErrCorrupt = errors.New("fragment content does not match its name")
 // query parameters are optional: endpoint is the host[:port] of an
 // S3-compatible service, addressed path-style (bucket in the path), and
 // region its region; insecure=true uses http rather than https. Opening an
-// S3 store makes no request. Errors name the part of the URL that is wrong.
+// S3 store makes no request.
+//
+// A GCS store (Google Cloud Storage) takes Application Default
+// Credentials: GOOGLE_APPLICATION_CREDENTIALS naming a service account's
+// key file, gcloud's credentials, or the service account of the machine it
+// runs on; signing URLs for direct reads needs a service account (its key,
+// or the IAM Credentials API's signBlob). endpoint is the host[:port] of
+// another service speaking the JSON API; with insecure=true, an emulator
+// spoken to over plain http, to which no credentials are sent (and whose
+// direct-read URLs are the objects' own, unsigned).
+//
+// Errors name the part of the URL that is wrong.
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := storeurl.Parse(rawURL)
 	if err != nil {
@@ -77,6 +89,8 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	switch u.Scheme {
 	case "file":
 		return openFileStore(u)
+	case "gs":
+		return openGCSStore(ctx, u)
 	default:
 		return openS3Store(u)
 	}

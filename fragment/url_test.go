@@ -19,6 +19,9 @@ func TestValidateURL(t *testing.T) {
 		"s3://bucket/?endpoint=[::1]:8333&region=us-east-1&insecure=true",
 		"s3://bucket/p/?endpoint=minio.internal&insecure=false",
 		"s3://bucket/?region=eu-west-3",
+		"gs://bucket/",
+		"gs://my-bucket/prefix/",
+		"gs://bucket/?endpoint=127.0.0.1:4443&insecure=true",
 	} {
 		if err := ValidateURL(u); err != nil {
 			t.Errorf("ValidateURL(%q) = %v", u, err)
@@ -33,7 +36,11 @@ func TestValidateURLErrors(t *testing.T) {
 		{"", "store URL is empty"},
 		{"file:///" + strings.Repeat("a", MaxURLLen), "maximum is 2048"},
 		{"/var/lib/quire/", "has no scheme"},
-		{"gs://bucket/", `scheme "gs" is not file or s3`},
+		{"az://bucket/", `scheme "az" is not file, s3 or gs`},
+		{"gs://", "has no bucket (want gs://bucket/)"},
+		{"gs://bucket/?region=us", `"region" is for s3 stores`},
+		{"gs://bucket/?x=1", `query parameter "x" is unknown (want endpoint or insecure)`},
+		{"gs://bucket/?insecure=true", "insecure=true needs an endpoint"},
 		{"file:relative/", "is not of the form file://"},
 		{"s3://user:pass@bucket/", "has user information"},
 		{"s3://bucket/#x", "has a #fragment"},

@@ -1,5 +1,6 @@
-// Package storeurl parses fragment store URLs: file:///abs/path/ and
-// s3://bucket/prefix/?endpoint=host:port&region=REGION&insecure=true. It
+// Package storeurl parses fragment store URLs: file:///abs/path/,
+// s3://bucket/prefix/?endpoint=host:port&region=REGION&insecure=true and
+// gs://bucket/prefix/?endpoint=host:port&insecure=true. It
 // is the one definition of a valid store URL, shared by the fragment
 // stores that open them and the journal specs that name them, and it
 // depends on nothing but the standard library.
@@ -18,12 +19,12 @@ import (
 
 // URL is a parsed store URL.
 type URL struct {
-	Scheme string // "file" or "s3"
+	Scheme string // "file", "s3" or "gs"
 	// file
 	Root string // absolute, clean directory
-	// s3
+	// s3 and gs
 	Bucket, Prefix   string // prefix is "" or ends with "/"
-	Endpoint, Region string
+	Endpoint, Region string // gs: no region
 	Insecure         bool
 }
 
@@ -43,7 +44,7 @@ func (u URL) String() string {
 	if u.Region != "" {
 		q = append(q, "region="+u.Region)
 	}
-	s := "s3://" + u.Bucket + "/" + u.Prefix
+	s := u.Scheme + "://" + u.Bucket + "/" + u.Prefix
 	if len(q) > 0 {
 		s += "?" + strings.Join(q, "&")
 	}
@@ -70,9 +71,9 @@ func Parse(rawURL string) (URL, error) {
 	}
 	switch {
 	case u.Scheme == "":
-		return bad("has no scheme (want file:// or s3://)")
-	case u.Scheme != "file" && u.Scheme != "s3":
-		return bad("scheme %q is not file or s3", u.Scheme)
+		return bad("has no scheme (want file://, s3:// or gs://)")
+	case u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "gs":
+		return bad("scheme %q is not file, s3 or gs", u.Scheme)
 	case u.Opaque != "":
 		return bad("is not of the form %s://…", u.Scheme)
 	case u.User != nil:
@@ -87,7 +88,7 @@ func Parse(rawURL string) (URL, error) {
 	if u.Scheme == "file" {
 		return parseFileURL(u, bad)
 	}
-	return parseS3URL(u, bad)
+	return parseBucketURL(u, bad)
 }
 
 // parseFileURL parses file:///abs/path/: a clean absolute path ending in
@@ -112,13 +113,14 @@ func parseFileURL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, error
 	return URL{Scheme: "file", Root: filepath.Clean(filepath.FromSlash(u.Path))}, nil
 }
 
-// parseS3URL parses s3://bucket/prefix/?query.
-func parseS3URL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, error) {
+// parseBucketURL parses s3://bucket/prefix/?query and
+// gs://bucket/prefix/?query.
+func parseBucketURL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, error) {
 	if u.Port() != "" || strings.HasSuffix(u.Host, ":") {
 		return bad("bucket %q has a port (give endpoint=host:port instead)", u.Host)
 	}
-	su := URL{Scheme: "s3", Bucket: u.Host}
-	if err := validateBucket(su.Bucket); err != nil {
+	su := URL{Scheme: u.Scheme, Bucket: u.Host}
+	if err := validateBucket(su.Scheme, su.Bucket); err != nil {
 		return bad("%v", err)
 	}
 	if p := u.Path; p != "" && p != "/" {
@@ -146,6 +148,9 @@ func parseS3URL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, error) 
 			}
 			su.Endpoint = val
 		case "region":
+			if su.Scheme == "gs" {
+				return bad("query parameter \"region\" is for s3 stores; a gs bucket has its location")
+			}
 			if val == "" || strings.ContainsFunc(val, func(r rune) bool {
 				return !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-')
 			}) {
@@ -159,15 +164,26 @@ func parseS3URL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, error) 
 			}
 			su.Insecure = b
 		default:
+			if su.Scheme == "gs" {
+				return bad("query parameter %q is unknown (want endpoint or insecure)", key)
+			}
 			return bad("query parameter %q is unknown (want endpoint, region or insecure)", key)
 		}
+	}
+	if su.Scheme == "gs" && su.Insecure && su.Endpoint == "" {
+		// Cloud Storage itself speaks only https: plain http is for an
+		// emulator, which must be named.
+		return bad("insecure=true needs an endpoint (an emulator's host:port)")
 	}
 	return su, nil
 }
 
-func validateBucket(b string) error {
+// validateBucket checks a bucket's name: the rules S3 and Cloud Storage
+// share (Cloud Storage also allows "_", and dotted names up to 222
+// characters, which are not accepted here).
+func validateBucket(scheme, b string) error {
 	if b == "" {
-		return errors.New("has no bucket (want s3://bucket/)")
+		return fmt.Errorf("has no bucket (want %s://bucket/)", scheme)
 	}
 	if len(b) < 3 || len(b) > 63 {
 		return fmt.Errorf("bucket %q is %d characters long; want 3 to 63", b, len(b))
