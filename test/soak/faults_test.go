@@ -59,6 +59,37 @@ var (
 	consumers = slices.Concat(composetest.Consumers, composetest.StreamSums)
 )
 
+// pauseReady freezes service's process once it is ready (it holds a
+// lease), and returns its restart count. A process that a fault before
+// cost its lease may exit, and be started again, at any time: frozen
+// before it took a new lease, it would lose none, and never exit. So the
+// count is read before the readiness and again once frozen, and if
+// either finds the process gone or replaced, it is thawed and the error
+// wraps composetest.ErrNotRunning: the fault is made again.
+func pauseReady(s *soak, service string) (int, error) {
+	restarts, running, err := s.c.Restarts(service)
+	if err != nil {
+		return 0, err
+	}
+	if !running {
+		return 0, fmt.Errorf("%s: %w", service, composetest.ErrNotRunning)
+	}
+	if err := s.c.Ready(service); err != nil {
+		return 0, fmt.Errorf("%s is not ready (%v): %w", service, err, composetest.ErrNotRunning)
+	}
+	if err := s.c.Pause(service); err != nil {
+		return 0, err
+	}
+	n, _, err := s.c.Restarts(service)
+	if err == nil && n != restarts {
+		err = fmt.Errorf("%s restarted (%d restarts, then %d) before it was frozen: %w", service, restarts, n, composetest.ErrNotRunning)
+	}
+	if err != nil {
+		return 0, joinErr(err, s.c.Unpause(service))
+	}
+	return restarts, nil
+}
+
 // faults are the kinds of fault, each as likely as another.
 var faults = []fault{
 	{"kill-broker", kill(composetest.Brokers)},
@@ -69,11 +100,8 @@ var faults = []fault{
 		// its lease runs out, and thawed, it finds its member key gone,
 		// exits, and is restarted.
 		target := pick(rnd, servers)
-		restarts, _, err := s.c.Restarts(target)
+		restarts, err := pauseReady(s, target)
 		if err != nil {
-			return nil, target, err
-		}
-		if err := s.c.Pause(target); err != nil {
 			return nil, target, err
 		}
 		hold(rnd, brokerLease+2*time.Second, brokerLease+4*time.Second)
