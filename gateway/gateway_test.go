@@ -31,6 +31,11 @@ func TestMain(m *testing.M) { os.Exit(etcdtest.Main(m)) }
 // test/text and test/bin, and returns its URL.
 func newGateway(t *testing.T) (string, *brokertest.Cluster) {
 	c := brokertest.New(t)
+	// A 64 MiB append under the race detector, on a loaded 2-core
+	// machine, once left its journal with no primary for 30 s, silently,
+	// as a lease run out would (the 3 s that failover tests use): nothing
+	// here fails over, so a longer lease costs nothing.
+	c.LeaseTTL = 15 * time.Second
 	b := c.Start("a")
 	cl := c.Client(b)
 	c.Journals(cl, 1, "test/text", "test/bin", "test/big")
