@@ -171,11 +171,8 @@ func (s *gcsStore) Remove(ctx context.Context, f Fragment) error {
 // (insecure=true) takes no credentials, so its URL is the object's own,
 // unsigned. It does not check that the object exists.
 func (s *gcsStore) SignURL(ctx context.Context, f Fragment, ttl time.Duration) (string, error) {
-	if err := f.Validate(); err != nil {
-		return "", fmt.Errorf("signing a URL in %s: %w", s.url, err)
-	}
-	if ttl < time.Second || ttl > maxSignTTL {
-		return "", fmt.Errorf("signing a URL for %s in %s: ttl %v is not between 1s and %v", f.Name(), s.url, ttl, maxSignTTL)
+	if err := checkSign(s.url, f, ttl); err != nil {
+		return "", err
 	}
 	if s.emulator != "" {
 		u := url.URL{Scheme: "http", Host: s.emulator, Path: "/" + s.name + "/" + s.key(f)}

@@ -21,8 +21,21 @@ import (
 // defaultS3Endpoint is the endpoint of an S3 store whose URL names none.
 const defaultS3Endpoint = "s3.amazonaws.com"
 
-// maxSignTTL is the longest validity of an S3 presigned URL.
+// maxSignTTL is the longest validity of an S3 presigned URL, and of a
+// GCS V4-signed one.
 const maxSignTTL = 7 * 24 * time.Hour
+
+// checkSign checks the arguments of an object store's SignURL: a valid
+// fragment, and a ttl between one second and maxSignTTL.
+func checkSign(store string, f Fragment, ttl time.Duration) error {
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("signing a URL in %s: %w", store, err)
+	}
+	if ttl < time.Second || ttl > maxSignTTL {
+		return fmt.Errorf("signing a URL for %s in %s: ttl %v is not between 1s and %v", f.Name(), store, ttl, maxSignTTL)
+	}
+	return nil
+}
 
 // s3Store is a Store in a bucket of an S3-compatible service. Fragment f is
 // the object PREFIX + f.Name().
@@ -177,11 +190,8 @@ func (s *s3Store) Remove(ctx context.Context, f Fragment) error {
 // must be between one second and seven days. It does not check that the
 // object exists.
 func (s *s3Store) SignURL(ctx context.Context, f Fragment, ttl time.Duration) (string, error) {
-	if err := f.Validate(); err != nil {
-		return "", fmt.Errorf("signing a URL in %s: %w", s.url, err)
-	}
-	if ttl < time.Second || ttl > maxSignTTL {
-		return "", fmt.Errorf("signing a URL for %s in %s: ttl %v is not between 1s and %v", f.Name(), s.url, ttl, maxSignTTL)
+	if err := checkSign(s.url, f, ttl); err != nil {
+		return "", err
 	}
 	u, err := s.client.PresignedGetObject(ctx, s.bucket, s.key(f), ttl, nil)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/quire-dev/quire/internal/freeport"
+	"github.com/quire-dev/quire/internal/toolbin"
 )
 
 // Bucket is the emulator's one bucket.
@@ -27,24 +28,7 @@ const Bucket = "quire-test"
 // Binary returns the path of the fake-gcs-server binary: $QUIRE_FAKE_GCS,
 // else ${QUIRE_CACHE:-$HOME/.cache/quire}/bin/fake-gcs-server, or "" if
 // there is none.
-func Binary() string {
-	if p := os.Getenv("QUIRE_FAKE_GCS"); p != "" {
-		return p
-	}
-	cache := os.Getenv("QUIRE_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		cache = filepath.Join(home, ".cache", "quire")
-	}
-	p := filepath.Join(cache, "bin", "fake-gcs-server")
-	if _, err := os.Stat(p); err != nil {
-		return ""
-	}
-	return p
-}
+func Binary() string { return toolbin.Path("QUIRE_FAKE_GCS", "fake-gcs-server") }
 
 // Start starts the emulator, with bucket Bucket, and returns its endpoint
 // (host:port, plain http) once it answers.

@@ -20,6 +20,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/quire-dev/quire/internal/freeport"
+	"github.com/quire-dev/quire/internal/toolbin"
 )
 
 // The one identity of the S3 gateway, and its bucket.
@@ -31,24 +32,7 @@ const (
 
 // Binary returns the path of the weed binary: $QUIRE_WEED, else
 // ${QUIRE_CACHE:-$HOME/.cache/quire}/bin/weed, or "" if there is none.
-func Binary() string {
-	if p := os.Getenv("QUIRE_WEED"); p != "" {
-		return p
-	}
-	cache := os.Getenv("QUIRE_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		cache = filepath.Join(home, ".cache", "quire")
-	}
-	p := filepath.Join(cache, "bin", "weed")
-	if _, err := os.Stat(p); err != nil {
-		return ""
-	}
-	return p
-}
+func Binary() string { return toolbin.Path("QUIRE_WEED", "weed") }
 
 // Start starts `weed mini` with an S3 gateway whose one identity has
 // AccessKey and SecretKey, and bucket Bucket. It returns
