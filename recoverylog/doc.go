@@ -10,7 +10,12 @@
 // Pebble (pebble.Options.FS) over a local directory: it passes every
 // operation to the local file system and also encodes every change as an
 // Op: create, link, unlink, rename and write (an append of bytes at the
-// file's end). A Player reads the log from its start and makes the same
+// file's end). Files written in place, as SQLite writes its database and
+// WAL, also record write-at ops (bytes written anywhere) and truncates;
+// frames of those two kinds carry version 2 of the format, so that a
+// player too old to apply them stops at the first, naming the version,
+// while logs without them stay readable by it. A Player reads the log
+// from its start and makes the same
 // changes in a fresh directory, which Pebble then opens: the database as
 // of the last op recorded. A player may also keep reading at the log's
 // write head, a hot standby, until told to finish and hand over.
@@ -69,14 +74,15 @@
 // op must follow from the state before the gap: a gap of ops that later
 // ones depend on fails playback, naming the gap.
 //
-// What Pebble does that the recorder rejects or simplifies:
-// ReuseForWrite (WAL recycling, which Pebble cannot disable) creates a
-// new file rather than reusing the old one, as its contract allows;
-// OpenReadWrite within the directory (used only by Pebble's shared cache)
-// and WriteAt before a file's end are not supported; writes to a file with
-// no links left are not recorded, as nobody can see them; directories and
-// the LOCK file are not recorded, and the player creates the directories
-// of the paths it links. Files moved or linked into the directory from
+// What Pebble does that the recorder simplifies: ReuseForWrite (WAL
+// recycling, which Pebble cannot disable) creates a new file rather than
+// reusing the old one, as its contract allows. Files opened with
+// OpenReadWrite may be written anywhere and truncated (the file's
+// Truncate method); a file that is never closed is never sealed, so its
+// ops from its creation on stay in the replay horizon (see Hints). Writes
+// to a file with no links left are not recorded, as nobody can see them;
+// directories and the LOCK file are not recorded, and the player creates
+// the directories of the paths it links. Files moved or linked into the directory from
 // outside (as ingestion does) are recorded whole.
 //
 // # Hints, and a bounded replay horizon

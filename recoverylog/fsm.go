@@ -105,6 +105,9 @@ func (f *FSM) check(op *Op) error {
 			return fmt.Errorf("write at offset %d of node %d, whose length is %d", op.Offset, op.Node, n.Length)
 		}
 		return nil
+	case KindWriteAt, KindTruncate:
+		_, err := f.node(op.Node)
+		return err
 	}
 	return fmt.Errorf("unknown op kind %d", uint8(op.Kind))
 }
@@ -143,9 +146,13 @@ func (f *FSM) apply(op *Op, offset, end int64) {
 		f.unlink(op.Path)
 	case KindRename:
 		f.rename(op.Path, op.NewPath)
-	case KindWrite:
+	case KindWrite, KindWriteAt:
 		n := f.nodes[op.Node]
-		n.Length += int64(len(op.Data))
+		n.Length = max(n.Length, op.Offset+int64(len(op.Data)))
+		n.EndOffset = end
+	case KindTruncate:
+		n := f.nodes[op.Node]
+		n.Length = op.Offset
 		n.EndOffset = end
 	}
 }

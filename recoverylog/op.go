@@ -29,7 +29,20 @@ const (
 	// KindWrite appends Data to Node at Offset, which must be the node's
 	// length.
 	KindWrite Kind = 5
+	// KindWriteAt writes Data to Node at any Offset: over its content,
+	// or past its end, which grows the node to Offset+len(Data) (bytes
+	// between the old end and Offset read as zeros). Files that are
+	// written in place, as SQLite's are, record these.
+	KindWriteAt Kind = 6
+	// KindTruncate sets Node's length to Offset, cutting its content or
+	// growing it with zeros, as ftruncate(2) does.
+	KindTruncate Kind = 7
 )
+
+// changesContent tells whether ops of kind k change a node's content.
+func (k Kind) changesContent() bool {
+	return k == KindWrite || k == KindWriteAt || k == KindTruncate
+}
 
 func (k Kind) String() string {
 	switch k {
@@ -43,6 +56,10 @@ func (k Kind) String() string {
 		return "rename"
 	case KindWrite:
 		return "write"
+	case KindWriteAt:
+		return "write-at"
+	case KindTruncate:
+		return "truncate"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -53,11 +70,11 @@ type Op struct {
 	Seq    uint64 // 1 for the first op of a log, then each op's is the previous one's plus 1.
 	Author string // ID of the recorder that wrote it.
 
-	Node    uint64 // Create, Link, Write.
+	Node    uint64 // Create, Link, Write, WriteAt, Truncate.
 	Path    string // Create, Link, Unlink, Rename (its source).
 	NewPath string // Rename.
-	Offset  int64  // Write.
-	Data    []byte // Write; decoded ops alias the decoder's buffer.
+	Offset  int64  // Write, WriteAt; Truncate: the new length.
+	Data    []byte // Write, WriteAt; decoded ops alias the decoder's buffer.
 }
 
 func (op *Op) String() string {
@@ -69,8 +86,10 @@ func (op *Op) String() string {
 		return fmt.Sprintf("%s: %q", head, op.Path)
 	case KindRename:
 		return fmt.Sprintf("%s: %q to %q", head, op.Path, op.NewPath)
-	case KindWrite:
+	case KindWrite, KindWriteAt:
 		return fmt.Sprintf("%s: node %d, %d bytes at %d", head, op.Node, len(op.Data), op.Offset)
+	case KindTruncate:
+		return fmt.Sprintf("%s: node %d to %d bytes", head, op.Node, op.Offset)
 	}
 	return head
 }
@@ -78,18 +97,25 @@ func (op *Op) String() string {
 // The frame of an op is a header and a body:
 //
 //	magic   2 bytes  "QL"
-//	version 1 byte   1
+//	version 1 byte   1, or 2 for the kinds write-at and truncate
 //	length  4 bytes  little-endian length of the body
 //	crc     4 bytes  little-endian CRC-32C (Castagnoli) of the body
 //	body    kind (1 byte), seq (uvarint), author (string), then by kind:
-//	        create, link: node (uvarint), path (string)
-//	        unlink:       path (string)
-//	        rename:       path (string), new path (string)
-//	        write:        node (uvarint), offset (uvarint), data (the rest)
+//	        create, link:    node (uvarint), path (string)
+//	        unlink:          path (string)
+//	        rename:          path (string), new path (string)
+//	        write, write-at: node (uvarint), offset (uvarint), data (the rest)
+//	        truncate:        node (uvarint), length (uvarint)
 //
 // A string is a uvarint length and that many bytes of UTF-8.
+//
+// Version 2 came with the kinds write-at and truncate, and only their
+// frames carry it: logs of appending writes (Pebble's, JSONFile's) stay
+// version 1, readable by players that know version 1 only, and such a
+// player stops at the first op it cannot apply with an error naming the
+// version, rather than misreading it.
 const (
-	frameVersion = 1
+	frameVersion = 2 // The newest version this package reads and writes.
 	headerLen    = 11
 	// MaxBodyLen bounds an op's body; the recorder splits larger writes.
 	MaxBodyLen = 16 << 20
@@ -97,6 +123,8 @@ const (
 	maxWriteData = 4 << 20
 	maxPathLen   = 4096
 	maxAuthorLen = 1024
+	// maxFileLen bounds a file's length, and so every offset of an op.
+	maxFileLen = 1 << 62
 )
 
 var frameMagic = [2]byte{'Q', 'L'}
@@ -114,7 +142,7 @@ func corrupt(format string, args ...any) error {
 // Op.validate).
 func AppendOp(b []byte, op *Op) []byte {
 	start := len(b)
-	b = append(b, frameMagic[0], frameMagic[1], frameVersion, 0, 0, 0, 0, 0, 0, 0, 0)
+	b = append(b, frameMagic[0], frameMagic[1], versionOf(op.Kind), 0, 0, 0, 0, 0, 0, 0, 0)
 	body := len(b)
 	b = append(b, byte(op.Kind))
 	b = binary.AppendUvarint(b, op.Seq)
@@ -128,10 +156,13 @@ func AppendOp(b []byte, op *Op) []byte {
 	case KindRename:
 		b = appendString(b, op.Path)
 		b = appendString(b, op.NewPath)
-	case KindWrite:
+	case KindWrite, KindWriteAt:
 		b = binary.AppendUvarint(b, op.Node)
 		b = binary.AppendUvarint(b, uint64(op.Offset))
 		b = append(b, op.Data...)
+	case KindTruncate:
+		b = binary.AppendUvarint(b, op.Node)
+		b = binary.AppendUvarint(b, uint64(op.Offset))
 	}
 	binary.LittleEndian.PutUint32(b[start+3:], uint32(len(b)-body))
 	binary.LittleEndian.PutUint32(b[start+7:], crc32.Checksum(b[body:], castagnoli))
@@ -143,20 +174,34 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// parseHeader validates a frame header and returns its body's length and
-// checksum.
-func parseHeader(h []byte) (int, uint32, error) {
-	if h[0] != frameMagic[0] || h[1] != frameMagic[1] {
-		return 0, 0, corrupt("bad magic %#x%02x, not an op frame", h[0], h[1])
+// versionOf is the frame version of the ops of kind k.
+func versionOf(k Kind) byte {
+	if k == KindWriteAt || k == KindTruncate {
+		return 2
 	}
-	if h[2] != frameVersion {
-		return 0, 0, corrupt("frame version %d, this reader knows version %d", h[2], frameVersion)
+	return 1
+}
+
+// header is a parsed frame header.
+type header struct {
+	version byte
+	length  int    // Of the body.
+	sum     uint32 // The body's CRC-32C.
+}
+
+// parseHeader validates a frame header.
+func parseHeader(h []byte) (header, error) {
+	if h[0] != frameMagic[0] || h[1] != frameMagic[1] {
+		return header{}, corrupt("bad magic %#x%02x, not an op frame", h[0], h[1])
+	}
+	if h[2] == 0 || h[2] > frameVersion {
+		return header{}, corrupt("frame version %d, this reader knows versions 1 to %d", h[2], frameVersion)
 	}
 	n := binary.LittleEndian.Uint32(h[3:])
 	if n == 0 || n > MaxBodyLen {
-		return 0, 0, corrupt("body length %d is not in [1, %d]", n, MaxBodyLen)
+		return header{}, corrupt("body length %d is not in [1, %d]", n, MaxBodyLen)
 	}
-	return int(n), binary.LittleEndian.Uint32(h[7:]), nil
+	return header{version: h[2], length: int(n), sum: binary.LittleEndian.Uint32(h[7:])}, nil
 }
 
 // DecodeOp decodes the frame at the start of b, returning the op and the
@@ -167,20 +212,20 @@ func DecodeOp(b []byte) (Op, int, error) {
 	if len(b) < headerLen {
 		return Op{}, 0, io.ErrUnexpectedEOF
 	}
-	n, sum, err := parseHeader(b[:headerLen])
+	h, err := parseHeader(b[:headerLen])
 	if err != nil {
 		return Op{}, 0, err
 	}
-	if len(b) < headerLen+n {
+	if len(b) < headerLen+h.length {
 		return Op{}, 0, io.ErrUnexpectedEOF
 	}
-	op, err := decodeBody(b[headerLen:headerLen+n], sum)
-	return op, headerLen + n, err
+	op, err := decodeBody(b[headerLen:headerLen+h.length], h)
+	return op, headerLen + h.length, err
 }
 
-func decodeBody(body []byte, sum uint32) (Op, error) {
-	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return Op{}, corrupt("checksum %#08x of the body, header says %#08x", got, sum)
+func decodeBody(body []byte, h header) (Op, error) {
+	if got := crc32.Checksum(body, castagnoli); got != h.sum {
+		return Op{}, corrupt("checksum %#08x of the body, header says %#08x", got, h.sum)
 	}
 	d := decoder{b: body}
 	op := Op{Kind: Kind(d.byte())}
@@ -195,16 +240,21 @@ func decodeBody(body []byte, sum uint32) (Op, error) {
 	case KindRename:
 		op.Path = d.string("path", maxPathLen)
 		op.NewPath = d.string("new path", maxPathLen)
-	case KindWrite:
+	case KindWrite, KindWriteAt, KindTruncate:
 		op.Node = d.uvarint("node")
 		off := d.uvarint("offset")
-		if off > 1<<62 && d.err == nil {
-			d.err = corrupt("write offset %d is too large", off)
+		if off > maxFileLen && d.err == nil {
+			d.err = corrupt("%s offset %d is too large", op.Kind, off)
 		}
 		op.Offset = int64(off)
-		op.Data = d.rest()
+		if op.Kind != KindTruncate {
+			op.Data = d.rest()
+		}
 	default:
 		return Op{}, corrupt("unknown op kind %d", uint8(op.Kind))
+	}
+	if v := versionOf(op.Kind); h.version != v && d.err == nil {
+		return Op{}, corrupt("a %s op in a frame of version %d, not %d", op.Kind, h.version, v)
 	}
 	if d.err != nil {
 		return Op{}, d.err
@@ -234,12 +284,17 @@ func (op *Op) validate() error {
 			return err
 		}
 		return validPath(op.NewPath)
-	case KindWrite:
-		if len(op.Data) == 0 {
+	case KindWrite, KindWriteAt:
+		switch {
+		case len(op.Data) == 0:
 			return errors.New("write of no data")
+		case op.Offset < 0 || op.Offset > maxFileLen-int64(len(op.Data)):
+			return fmt.Errorf("write of %d bytes at offset %d, not within [0, %d]", len(op.Data), op.Offset, int64(maxFileLen))
 		}
-		if op.Offset < 0 {
-			return fmt.Errorf("write at negative offset %d", op.Offset)
+		return nil
+	case KindTruncate:
+		if op.Offset < 0 || op.Offset > maxFileLen {
+			return fmt.Errorf("truncate to length %d, not within [0, %d]", op.Offset, int64(maxFileLen))
 		}
 		return nil
 	}
@@ -337,10 +392,11 @@ func (r *opReader) next() (Op, error) {
 	if _, err := io.ReadFull(r.r, r.header[:]); err != nil {
 		return Op{}, err
 	}
-	n, sum, err := parseHeader(r.header[:])
+	h, err := parseHeader(r.header[:])
 	if err != nil {
 		return Op{}, err
 	}
+	n := h.length
 	if cap(r.body) < n {
 		r.body = make([]byte, n)
 	}
@@ -351,7 +407,7 @@ func (r *opReader) next() (Op, error) {
 		}
 		return Op{}, err
 	}
-	op, err := decodeBody(r.body, sum)
+	op, err := decodeBody(r.body, h)
 	if err != nil {
 		return Op{}, err
 	}

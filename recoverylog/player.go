@@ -287,13 +287,19 @@ func (p *Player) applyToDir(op *Op) error {
 			return err
 		}
 		return os.Rename(p.path(op.Path), p.path(op.NewPath))
-	case KindWrite:
+	case KindWrite, KindWriteAt:
 		f, err := p.file(op.Node)
 		if err != nil {
 			return err
 		}
 		_, err = f.WriteAt(op.Data, op.Offset)
 		return err
+	case KindTruncate:
+		f, err := p.file(op.Node)
+		if err != nil {
+			return err
+		}
+		return f.Truncate(op.Offset)
 	}
 	return fmt.Errorf("unknown op kind %d", uint8(op.Kind))
 }

@@ -13,8 +13,12 @@ import (
 // hintedNode is a live node of the hints whose ops the player reads.
 type hintedNode struct {
 	HintNode
-	played  int64 // Bytes written so far.
+	played  int64 // Its length as of the ops played so far.
 	created bool
+	// inPlace: a write-at or truncate op was played. The node may then
+	// outgrow the hints' length before a later truncate, so only its
+	// final length is checked.
+	inPlace bool
 }
 
 // playHints makes the state of the hints in the directory: it writes the
@@ -127,7 +131,7 @@ func (p *Player) playSegment(ctx context.Context, seg Segment, read map[uint64]*
 			return 0, reject("sequence number %d, after the hints' last %d", op.Seq, p.cfg.Hints.LastSeq)
 		}
 		first, lastSeq = false, op.Seq
-		if n := read[op.Node]; n != nil && (op.Kind == KindCreate || op.Kind == KindWrite) {
+		if n := read[op.Node]; n != nil && (op.Kind == KindCreate || op.Kind.changesContent()) {
 			if err := p.applyHinted(n, &op, begin); err != nil {
 				return 0, reject("%v", err)
 			}
@@ -138,7 +142,7 @@ func (p *Player) playSegment(ctx context.Context, seg Segment, read map[uint64]*
 	return lastSeq, nil
 }
 
-// applyHinted applies a create or write op of a hinted node.
+// applyHinted applies an op that creates or writes a hinted node.
 func (p *Player) applyHinted(n *hintedNode, op *Op, begin int64) error {
 	if op.Kind == KindCreate {
 		if n.created || begin != n.FirstOffset {
@@ -155,17 +159,28 @@ func (p *Player) applyHinted(n *hintedNode, op *Op, begin int64) error {
 		n.created = true
 		return nil
 	}
-	switch {
-	case !n.created:
+	if !n.created {
 		return fmt.Errorf("node %d is written before its create op", n.Node)
-	case op.Offset != n.played:
-		return fmt.Errorf("write at offset %d of node %d, whose length is %d", op.Offset, n.Node, n.played)
-	case n.played+int64(len(op.Data)) > n.Length:
-		return fmt.Errorf("write past node %d's length %d in the hints", n.Node, n.Length)
 	}
-	if _, err := p.files[n.Node].WriteAt(op.Data, op.Offset); err != nil {
+	f := p.files[n.Node]
+	switch op.Kind {
+	case KindTruncate:
+		n.inPlace = true
+		n.played = op.Offset
+		return f.Truncate(op.Offset)
+	case KindWriteAt:
+		n.inPlace = true
+	case KindWrite:
+		switch {
+		case op.Offset != n.played:
+			return fmt.Errorf("write at offset %d of node %d, whose length is %d", op.Offset, n.Node, n.played)
+		case !n.inPlace && n.played+int64(len(op.Data)) > n.Length:
+			return fmt.Errorf("write past node %d's length %d in the hints", n.Node, n.Length)
+		}
+	}
+	if _, err := f.WriteAt(op.Data, op.Offset); err != nil {
 		return err
 	}
-	n.played += int64(len(op.Data))
+	n.played = max(n.played, op.Offset+int64(len(op.Data)))
 	return nil
 }

@@ -261,14 +261,8 @@ func (r *Recorder) record(op *Op) error {
 	switch op.Kind {
 	case KindCreate:
 		r.small[op.Node] = []byte{}
-	case KindWrite:
-		if c, ok := r.small[op.Node]; ok {
-			if len(c)+len(op.Data) > r.cfg.HintInlineMax {
-				delete(r.small, op.Node)
-			} else {
-				r.small[op.Node] = append(c, op.Data...)
-			}
-		}
+	case KindWrite, KindWriteAt, KindTruncate:
+		r.writeSmall(op)
 	case KindUnlink, KindRename:
 		for id := range r.small {
 			if _, ok := r.fsm.nodes[id]; !ok {
@@ -278,6 +272,29 @@ func (r *Recorder) record(op *Op) error {
 	}
 	r.kick()
 	return nil
+}
+
+// writeSmall applies a recorded write or truncate to the content kept of
+// a small node, which stops being kept once it outgrows HintInlineMax.
+// r.mu is held.
+func (r *Recorder) writeSmall(op *Op) {
+	c, ok := r.small[op.Node]
+	if !ok {
+		return
+	}
+	length := r.fsm.nodes[op.Node].Length // The op is applied.
+	if length > int64(r.cfg.HintInlineMax) {
+		delete(r.small, op.Node)
+		return
+	}
+	if int64(len(c)) < length {
+		c = append(c, make([]byte, length-int64(len(c)))...)
+	}
+	c = c[:length]
+	if op.Kind != KindTruncate {
+		copy(c[op.Offset:], op.Data)
+	}
+	r.small[op.Node] = c
 }
 
 // Appending. The frames of the recorded ops form one stream, which the
@@ -512,13 +529,6 @@ func (r *Recorder) probe() error {
 	return err
 }
 
-// failed returns the recorder's sticky error.
-func (r *Recorder) failed() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
-
 // Create creates name, recording the removal of a file it replaces.
 func (r *Recorder) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	rel, ok := r.rel(name)
@@ -586,6 +596,17 @@ func (r *Recorder) adopt(name, rel string) error {
 // recordWrite records data appended to node, unless the node has no link
 // left (its content can no longer be seen). r.mu is held.
 func (r *Recorder) recordWrite(node uint64, data []byte) error {
+	n, ok := r.fsm.nodes[node]
+	if !ok {
+		return r.err
+	}
+	return r.recordWriteAt(node, n.Length, data)
+}
+
+// recordWriteAt records data written to node at off: as writes where
+// they append, as write-at ops where they do not. It records nothing for
+// a node with no link left. r.mu is held.
+func (r *Recorder) recordWriteAt(node uint64, off int64, data []byte) error {
 	if r.err != nil {
 		return r.err
 	}
@@ -595,10 +616,14 @@ func (r *Recorder) recordWrite(node uint64, data []byte) error {
 	}
 	for len(data) > 0 {
 		chunk := data[:min(len(data), maxWriteData, r.chunkMax)]
-		if err := r.record(&Op{Kind: KindWrite, Node: node, Offset: n.Length, Data: chunk}); err != nil {
+		op := &Op{Kind: KindWrite, Node: node, Offset: off, Data: chunk}
+		if off != n.Length {
+			op.Kind = KindWriteAt
+		}
+		if err := r.record(op); err != nil {
 			return err
 		}
-		data = data[len(chunk):]
+		data, off = data[len(chunk):], off+int64(len(chunk))
 	}
 	return nil
 }
@@ -629,15 +654,33 @@ func (r *Recorder) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
 	return r.base.Open(name, opts...)
 }
 
-// OpenReadWrite is not supported within the directory: the log records
-// files written from their start to their end only. Pebble uses it only
-// for its shared cache.
+// OpenReadWrite opens name for reading and writing anywhere, creating it
+// if it does not exist (recording its creation). Writes before the end of
+// the file are recorded as write-at ops, and the returned file's Truncate
+// as truncate ops: logs with them need a player of frame version 2 (see
+// AppendOp). Pebble does not use it within its directory; SQLite does.
 func (r *Recorder) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	if _, ok := r.rel(name); !ok {
+	rel, ok := r.rel(name)
+	if !ok {
 		return r.base.OpenReadWrite(name, category, opts...)
 	}
-	return nil, fmt.Errorf("recoverylog: OpenReadWrite %q: %w: the recorder records appending writes only",
-		name, errors.ErrUnsupported)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, err := r.base.OpenReadWrite(name, category, opts...)
+	if err != nil || r.err != nil {
+		return f, err // A failed recorder is the base FS (see Err).
+	}
+	node, ok := r.fsm.paths[rel]
+	if !ok {
+		// New, or (against the contract of RecorderConfig.Dir) not
+		// recorded: either way, recorded whole from here.
+		if r.adopt(name, rel) != nil {
+			return f, nil
+		}
+		node = r.fsm.paths[rel]
+	}
+	r.writers[node]++
+	return &recordedFile{File: f, r: r, node: node}, nil
 }
 
 // OpenDir opens a directory; syncing it appends the pending ops.
@@ -798,29 +841,46 @@ func (f *recordedFile) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// WriteAt is supported only at the end of the file.
+// WriteAt writes p at off: an appending write where off is the file's
+// end, a write-at op elsewhere.
 func (f *recordedFile) WriteAt(p []byte, off int64) (int, error) {
-	f.r.mu.Lock()
-	n, ok := f.r.fsm.nodes[f.node]
-	end := ok && n.Length == off
-	f.r.mu.Unlock()
-	if !end && f.r.failed() == nil {
-		return 0, fmt.Errorf("recoverylog: WriteAt offset %d, not the end of the file: %w", off, errors.ErrUnsupported)
-	}
 	w, err := f.File.WriteAt(p, off)
 	if w > 0 {
-		f.recordWrite(p[:w])
+		f.record(func(r *Recorder) error { return r.recordWriteAt(f.node, off, p[:w]) })
 	}
 	return w, err
 }
 
-// recordWrite records p, then waits while more than MaxBuffer bytes of
-// ops are pending.
+// Truncate sets the file's length, recording a truncate op. The base
+// file system's files must have a Truncate method (os.File's).
+func (f *recordedFile) Truncate(size int64) error {
+	t, ok := f.File.(interface{ Truncate(int64) error })
+	if !ok {
+		return fmt.Errorf("recoverylog: truncating a %T: %w", f.File, errors.ErrUnsupported)
+	}
+	if err := t.Truncate(size); err != nil {
+		return err
+	}
+	f.record(func(r *Recorder) error {
+		if n, ok := r.fsm.nodes[f.node]; !ok || n.Length == size {
+			return r.err
+		}
+		return r.record(&Op{Kind: KindTruncate, Node: f.node, Offset: size})
+	})
+	return nil
+}
+
 func (f *recordedFile) recordWrite(p []byte) error {
+	return f.record(func(r *Recorder) error { return r.recordWrite(f.node, p) })
+}
+
+// record calls rec with r.mu held, then waits while more than MaxBuffer
+// bytes of ops are pending.
+func (f *recordedFile) record(rec func(*Recorder) error) error {
 	r := f.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.recordWrite(f.node, p); err != nil {
+	if err := rec(r); err != nil {
 		return err
 	}
 	for r.err == nil && r.backlog() >= int64(r.cfg.MaxBuffer) {
