@@ -29,6 +29,26 @@ func (jsonCounter) Consume(_ *consumer.Shard, st store.Store, env consumer.Envel
 	return nil
 }
 
+// sqliteCounter counts into a table of a recorded SQLite store.
+type sqliteCounter struct{ counter }
+
+func (sqliteCounter) NewStore(sh *consumer.Shard) (store.Store, error) {
+	return store.OpenSQLite(sh.Context(), sh.FS(), sh.Dir(), store.SQLiteOptions{})
+}
+
+func (sqliteCounter) Consume(sh *consumer.Shard, st store.Store, env consumer.Envelope) error {
+	tx, err := st.(*store.SQLite).Tx(sh.Context())
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(sh.Context(), `CREATE TABLE IF NOT EXISTS counts (key TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(sh.Context(), `INSERT INTO counts (key, n) VALUES (?, 1) ON CONFLICT (key) DO UPDATE SET n = n + 1`,
+		env.Message.(*countMsg).Key)
+	return err
+}
+
 // sqlCounter counts into a table of PostgreSQL, through an SQL store.
 type sqlCounter struct {
 	counter
@@ -51,10 +71,23 @@ func (a sqlCounter) Consume(sh *consumer.Shard, st store.Store, env consumer.Env
 	return err
 }
 
-// TestStoresFailOver counts with the JSONFile store (recorded) and the SQL
-// store (no recovery log; skipped without QUIRE_POSTGRES), killing the
-// primary's process midway: each message counts once.
+// TestStoresFailOver counts with the JSONFile and SQLite stores (recorded)
+// and the SQL store (no recovery log; skipped without QUIRE_POSTGRES),
+// killing the primary's process midway: each message counts once.
 func TestStoresFailOver(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		c := newCluster(t, sqliteCounter{})
+		counts := func(shard string) map[string]uint64 {
+			res := c.resolveLocal(shard)
+			defer res.Done()
+			tx, err := res.Store.(*store.SQLite).Tx(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return queryCounts(t, tx, "counts")
+		}
+		failOver(t, c, c.shardSpec("counts/sqlite", 1, "counts/sqlite-in"), counts)
+	})
 	t.Run("jsonfile", func(t *testing.T) {
 		c := newCluster(t, jsonCounter{})
 		counts := func(shard string) map[string]uint64 {
@@ -85,26 +118,35 @@ func TestStoresFailOver(t *testing.T) {
 		})
 
 		c := newCluster(t, sqlCounter{db: db, table: table})
-		counts := func(string) map[string]uint64 {
-			out := map[string]uint64{}
-			rows, err := db.Query(fmt.Sprintf(`SELECT key, n FROM %s`, table))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var k string
-				var n uint64
-				if err := rows.Scan(&k, &n); err != nil {
-					t.Fatal(err)
-				}
-				out[k] = n
-			}
-			return out
-		}
+		counts := func(string) map[string]uint64 { return queryCounts(t, db, table) }
 		spec := &consumer.ShardSpec{ID: "counts/sql", HotStandbys: 1, Sources: []consumer.Source{{Journal: "counts/sql-in"}}}
 		failOver(t, c, spec, counts)
 	})
+}
+
+// queryCounts reads the keys and counts of table.
+func queryCounts(t *testing.T, q interface {
+	Query(string, ...any) (*sql.Rows, error)
+}, table string) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	rows, err := q.Query(fmt.Sprintf(`SELECT key, n FROM %s`, table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var n uint64
+		if err := rows.Scan(&k, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // failOver publishes, kills the shard's primary, publishes more, and

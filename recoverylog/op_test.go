@@ -18,6 +18,8 @@ func sampleOps() []Op {
 		{Kind: KindLink, Seq: 4, Author: "a", Node: 1, Path: "dir/other"},
 		{Kind: KindRename, Seq: 5, Author: "a", Path: "000001.log", NewPath: "MANIFEST-000001"},
 		{Kind: KindUnlink, Seq: 6, Author: "shard-7/host:1", Path: "dir/other"},
+		{Kind: KindWriteAt, Seq: 7, Author: "a", Node: 1, Offset: 2, Data: []byte("LL")},
+		{Kind: KindTruncate, Seq: 8, Author: "a", Node: 1, Offset: 3},
 	}
 }
 

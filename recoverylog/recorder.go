@@ -224,6 +224,21 @@ func (r *Recorder) FSM() *FSM {
 	return r.fsm.clone()
 }
 
+// Lookup returns the node linked at name, a file of the recorded
+// directory, and the log offset where the next op recorded will begin:
+// how much of the log the node's ops span, which is what playing it
+// costs (see Hints).
+func (r *Recorder) Lookup(name string) (n Node, next int64, ok bool) {
+	rel, ok := r.rel(name)
+	if !ok {
+		return Node{}, 0, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, ok = r.fsm.Lookup(rel)
+	return n, r.fsm.Offset, ok
+}
+
 // rel returns name relative to the recorded directory, slash-separated,
 // or false if it is outside.
 func (r *Recorder) rel(name string) (string, bool) {

@@ -15,7 +15,7 @@
 //
 // # Stores
 //
-// Four stores are provided (docs/stores.md compares them):
+// Five stores are provided (docs/stores.md compares them):
 //
 //   - Pebble: an embedded Pebble database, for state of any size. In
 //     production it runs over a recoverylog.Recorder, so that a commit,
@@ -29,6 +29,13 @@
 //     recoverylog.Recorder records, so it is recorded and played like
 //     Pebble. For small state (a few MiB at most): each commit costs the
 //     whole state's size.
+//   - SQLite: an embedded SQLite database (the pure-Go
+//     github.com/ncruces/go-sqlite3). The application makes its changes
+//     in the *sql.Tx that the store hands out, and StartCommit writes the
+//     checkpoint in the same transaction and commits it. Its files go
+//     through a vfs.FS, in production a recoverylog.Recorder, which
+//     records SQLite's writes in place: it is recorded and played like
+//     Pebble.
 //   - SQL: a database reached through database/sql (tested against
 //     PostgreSQL). The application makes its changes in the *sql.Tx that
 //     the store hands out, and StartCommit writes the checkpoint in the
@@ -38,9 +45,9 @@
 //   - Memory: a Go map and a checkpoint held in memory, for stateless
 //     applications and tests. Nothing of it survives the process.
 //
-// Pebble and JSONFile fail for good when a commit fails midway (every
-// later call returns the error; the shard is recovered to know what was
-// committed); SQL does too once its transaction was used. A commit refused
+// Pebble, JSONFile and SQLite fail for good when a commit fails midway
+// (every later call returns the error; the shard is recovered to know
+// what was committed); SQL does too once its transaction was used. A commit refused
 // before anything was written (an invalid checkpoint, a done context, for
 // JSONFile a state that does not marshal) leaves the store as it was.
 //

@@ -74,7 +74,7 @@ func OpenJSONFile[T any](fs vfs.FS, dir string) (*JSONFile[T], error) {
 		return nil, errors.New("store: OpenJSONFile: dir is required")
 	}
 	s := &JSONFile[T]{fs: fs, dir: dir}
-	if err := s.makeDir(); err != nil {
+	if err := makeDir(fs, dir); err != nil {
 		return nil, err
 	}
 	if err := s.removeTemp(); err != nil {
@@ -87,19 +87,19 @@ func OpenJSONFile[T any](fs vfs.FS, dir string) (*JSONFile[T], error) {
 	return s, nil
 }
 
-// makeDir creates the store's directory and any missing parents, and
+// makeDir creates a store's directory dir and any missing parents, and
 // syncs the parent of each directory it created, so that a commit into it
 // survives a crash.
-func (s *JSONFile[T]) makeDir() error {
+func makeDir(fs vfs.FS, dir string) error {
 	var missing []string
-	for d := s.dir; ; {
-		if _, err := s.fs.Stat(d); err == nil {
+	for d := dir; ; {
+		if _, err := fs.Stat(d); err == nil {
 			break
 		} else if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("store: JSONFile directory %s: %w", d, err)
+			return fmt.Errorf("store: directory %s: %w", d, err)
 		}
 		missing = append(missing, d)
-		if parent := s.fs.PathDir(d); parent != d {
+		if parent := fs.PathDir(d); parent != d {
 			d = parent
 		} else {
 			break
@@ -108,12 +108,12 @@ func (s *JSONFile[T]) makeDir() error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
-		return fmt.Errorf("store: creating JSONFile directory %s: %w", s.dir, err)
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("store: creating directory %s: %w", dir, err)
 	}
 	for _, d := range missing {
-		if err := syncDir(s.fs, s.fs.PathDir(d)); err != nil {
-			return fmt.Errorf("store: creating JSONFile directory %s: %w", s.dir, err)
+		if err := syncDir(fs, fs.PathDir(d)); err != nil {
+			return fmt.Errorf("store: creating directory %s: %w", dir, err)
 		}
 	}
 	return nil
