@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/ncruces/go-sqlite3"
@@ -281,6 +282,8 @@ func (s *SQLite) maybeRewrite(ctx context.Context) error {
 	if !ok || next-n.FirstOffset <= 2*n.Length+s.rewriteAfter {
 		return nil
 	}
+	start := time.Now()
+	defer func() { sqliteRewriteSeconds.Observe(time.Since(start).Seconds()) }()
 	return s.rewrite(ctx)
 }
 
