@@ -36,6 +36,7 @@ type quietPebble = consumertest.QuietPebble
 type cluster struct {
 	t        testing.TB
 	brokers  *brokertest.Cluster
+	first    *brokertest.Broker // The journals client's broker.
 	journals *client.Client
 	fleet    *consumertest.Fleet
 	root     string
@@ -52,7 +53,7 @@ func newClusterTB(t testing.TB, app consumer.Application, n int) *cluster {
 	}
 	cl := bc.Client(b)
 	root := strings.TrimSuffix(bc.Root, "/") + "-consumers/"
-	return &cluster{t: t, brokers: bc, journals: cl, root: root,
+	return &cluster{t: t, brokers: bc, first: b, journals: cl, root: root,
 		fleet: consumertest.New(t, bc.Etcd, cl, root, app)}
 }
 

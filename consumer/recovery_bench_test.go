@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/protocol"
 	"github.com/quire-dev/quire/recoverylog"
 )
@@ -20,14 +23,39 @@ var benchRecoveryMB = flag.Int("bench.recovery-mb", 256, "size of the store Benc
 // BenchmarkRecovery measures bringing up a primary with no standby from a
 // recorded store of -bench.recovery-mb MiB: from the shard's assignment to
 // its primary serving (playback of the recovery log from hints, takeover,
-// opening Pebble, restoring the checkpoint).
+// opening Pebble, restoring the checkpoint). The log is all persisted to
+// the brokers' fragment store first; read=direct plays it straight from
+// the store (the client's default), read=brokers through the broker
+// (client.Config.ReadThroughBrokers).
 func BenchmarkRecovery(b *testing.B) {
+	for _, through := range []bool{false, true} {
+		name := "read=direct"
+		if through {
+			name = "read=brokers"
+		}
+		b.Run(name, func(b *testing.B) { benchmarkRecovery(b, through) })
+	}
+}
+
+func benchmarkRecovery(b *testing.B, throughBrokers bool) {
 	c := newClusterTB(b, newTally(), 1)
+	if throughBrokers {
+		cl, err := client.New(context.Background(), client.Config{Broker: c.first.Endpoint,
+			DialOptions: c.brokers.DialOptions, ReadThroughBrokers: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cl.Close()
+		c.fleet.Journals = cl
+	}
 	c.fleet.Start("c1", "za")
 	for i := range b.N {
 		spec := c.shardSpec(fmt.Sprintf("bench/recovery-%d", i), 0, "bench/recovery-in")
-		c.brokers.Journals(c.journals, 1, "bench/recovery-in", spec.RecoveryLog())
+		c.brokers.Journals(c.journals, 1, "bench/recovery-in")
+		c.brokers.Apply(c.journals, &protocol.JournalSpec{Name: spec.RecoveryLog(), Replication: 1,
+			Fragment: &protocol.JournalSpec_Fragment{FlushInterval: durationpb.New(time.Second)}})
 		dbSize, logSize := c.recordStore(b, spec.RecoveryLog(), spec.HintKey(), *benchRecoveryMB<<20)
+		c.awaitPersisted(b, spec.RecoveryLog(), logSize)
 		b.StartTimer()
 		start := time.Now()
 		c.applySpecs(spec)
@@ -38,6 +66,32 @@ func BenchmarkRecovery(b *testing.B) {
 		b.ReportMetric(float64(dbSize)/took.Seconds()/1e6, "db-MB/s")
 		b.ReportMetric(float64(dbSize)/1e6, "db-MB")
 		b.ReportMetric(float64(logSize)/1e6, "log-MB")
+	}
+}
+
+// awaitPersisted waits until the brokers' fragment store holds journal up
+// to end.
+func (c *cluster) awaitPersisted(b *testing.B, journal string, end int64) {
+	st, err := fragment.Open(context.Background(), c.brokers.Store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var persisted int64
+		if err := st.List(context.Background(), journal, func(f fragment.Fragment) error {
+			persisted = max(persisted, f.End)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if persisted >= end {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the store holds %s up to %d, not %d", journal, persisted, end)
+		}
+		time.Sleep(100 * time.Millisecond) // Polling the store.
 	}
 }
 
