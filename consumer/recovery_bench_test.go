@@ -24,14 +24,14 @@ var benchRecoveryMB = flag.Int("bench.recovery-mb", 256, "size of the store Benc
 // recorded store of -bench.recovery-mb MiB: from the shard's assignment to
 // its primary serving (playback of the recovery log from hints, takeover,
 // opening Pebble, restoring the checkpoint). The log is all persisted to
-// the brokers' fragment store first; read=direct plays it straight from
-// the store (the client's default), read=brokers through the broker
+// the brokers' fragment store first; direct plays it straight from
+// the store (the client's default), through-brokers through the broker
 // (client.Config.ReadThroughBrokers).
 func BenchmarkRecovery(b *testing.B) {
 	for _, through := range []bool{false, true} {
-		name := "read=direct"
+		name := "direct"
 		if through {
-			name = "read=brokers"
+			name = "through-brokers"
 		}
 		b.Run(name, func(b *testing.B) { benchmarkRecovery(b, through) })
 	}
