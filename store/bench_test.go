@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/quire-dev/quire/internal/brokertest"
+	"github.com/quire-dev/quire/recoverylog"
 )
 
 var benchSpools = flag.String("bench.spools", "", "directory for the brokers' spools in benchmarks (e.g. /dev/shm)")
@@ -64,6 +65,72 @@ func BenchmarkPebbleCommit(b *testing.B) {
 			secs := b.Elapsed().Seconds()
 			b.ReportMetric(float64(b.N)/secs, "commits/s")
 			b.ReportMetric(float64(b.N*100)/secs, "keys/s")
+		})
+	}
+}
+
+// BenchmarkSQLiteCommit measures the transactions of BenchmarkPebbleCommit
+// (100 upserts of 16-byte keys and 32-byte values, committed with a
+// checkpoint) on a SQLite store, on a local directory and recorded into a
+// recovery log. It reports commits/s, keys/s and, recorded, the log's
+// bytes per commit (the WAL's pages, and the database's at checkpoints).
+func BenchmarkSQLiteCommit(b *testing.B) {
+	c := brokertest.New(b)
+	if *benchSpools != "" {
+		c.KeepUnder(*benchSpools)
+	}
+	cl := c.Client(c.Start("b1"))
+	runs := 0
+	for _, recorded := range []bool{false, true} {
+		b.Run(fmt.Sprintf("recorded=%v", recorded), func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "db")
+			var fs vfs.FS = vfs.Default
+			var rec *recoverylog.Recorder
+			if recorded {
+				runs++ // Each run records into a new log.
+				journal := fmt.Sprintf("bench/sqlite-%d", runs)
+				c.Journals(cl, 1, journal)
+				rec = newRecorder(b, cl, journal, dir)
+				fs = rec
+			}
+			s := openSQLite(b, fs, dir)
+			defer s.Close()
+			ctx := testContext(b)
+			exec(b, s, `CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL)`)
+			if err := s.StartCommit(ctx, checkpoint(1)); err != nil {
+				b.Fatal(err)
+			}
+			var start int64
+			if rec != nil {
+				start = rec.FSM().Offset
+			}
+			value := make([]byte, 32)
+			key := make([]byte, 0, 16)
+			b.ResetTimer()
+			for i := range b.N {
+				tx, err := s.Tx(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for j := range 100 {
+					key = fmt.Appendf(key[:0], "key-%011d", (i*100+j)%1000000)
+					value[0], value[1] = byte(i), byte(j)
+					if _, err := tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?)
+						ON CONFLICT (k) DO UPDATE SET v = excluded.v`, key, value); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := s.StartCommit(ctx, checkpoint(i%200+1)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			secs := b.Elapsed().Seconds()
+			b.ReportMetric(float64(b.N)/secs, "commits/s")
+			b.ReportMetric(float64(b.N*100)/secs, "keys/s")
+			if rec != nil {
+				b.ReportMetric(float64(rec.FSM().Offset-start)/float64(b.N), "log-B/commit")
+			}
 		})
 	}
 }
