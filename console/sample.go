@@ -169,9 +169,14 @@ func (s *sampler) close() {
 	}
 }
 
+// minSampleTimeout is the least time a sample is given, however short
+// the interval: an RPC slower than a short interval is a busy member,
+// not an unhealthy one, and must not show as an alert.
+const minSampleTimeout = 2 * time.Second
+
 // take samples the fleets, as far as what says.
 func (s *sampler) take(ctx context.Context, fleets []fleetState, what sampling) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.Interval, minSampleTimeout))
 	defer cancel()
 	now := time.Now()
 	var heads, persisted map[string]int64
