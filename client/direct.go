@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/klauspost/readahead"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -35,6 +36,25 @@ import (
 // directChunk is the size of the reads of a fragment fetched directly.
 const directChunk = 256 << 10
 
+// readAheadChunks is how many chunks of a fragment fetched directly are
+// fetched, decompressed and verified ahead of the Reader. Doing so in a
+// goroutine of its own overlaps that work with the Reader's caller's
+// (recovery-log playback, decoding messages) on another core.
+const readAheadChunks = 4
+
+// fetched is a fragment's content, read ahead. Close cancels the fetch's
+// context first, so that a read ahead blocked on a store that stopped
+// sending returns, and then waits for the goroutine reading ahead.
+type fetched struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (f *fetched) Close() error {
+	f.cancel()
+	return f.ReadCloser.Close()
+}
+
 // StoreHoldOff is how long a Client reads a store's fragments through
 // brokers, without trying to fetch them itself, after fetching one failed
 // other than for want of the fragment: a store out of reach would
@@ -44,7 +64,7 @@ const StoreHoldOff = time.Minute
 var (
 	directReads = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "quire_client_direct_reads_total",
-		Help: "Fragments that Readers were told to fetch from their stores (direct reads), by result: ok, or fallback (fetching failed, and brokers served the fragment).",
+		Help: "Fragments that Readers were told to fetch from their stores (direct reads), by result: ok, fallback (fetching failed, and brokers served the fragment), or closed (the Reader was closed before it read what it wanted of the fragment).",
 	}, []string{"result"})
 	directReadBytes = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_client_direct_read_bytes_total",
@@ -117,7 +137,16 @@ func (d *directFetcher) close() {
 // from rawURL, f's stored bytes: decompressed, and verified against f's
 // length and SHA-256 as it reaches f's end. Errors wrap fs.ErrNotExist if
 // the store says that f is not there.
-func (d *directFetcher) open(ctx context.Context, f fragment.Fragment, rawURL string, offset int64) (io.ReadCloser, error) {
+//
+// The content is fetched, decompressed and verified ahead of the reader, up
+// to readAheadChunks chunks, in a goroutine that Close stops and waits for.
+func (d *directFetcher) open(ctx context.Context, f fragment.Fragment, rawURL string, offset int64) (_ io.ReadCloser, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		if err != nil {
+			cancel()
+		}
+	}()
 	body, err := d.get(ctx, rawURL)
 	if err != nil {
 		return nil, err
@@ -131,7 +160,12 @@ func (d *directFetcher) open(ctx context.Context, f fragment.Fragment, rawURL st
 		rc.Close()
 		return nil, fmt.Errorf("reading %s to offset %d: %w", redact(rawURL), offset, err)
 	}
-	return rc, nil
+	ra, err := readahead.NewReadCloserSize(rc, readAheadChunks, directChunk)
+	if err != nil {
+		rc.Close()
+		return nil, fmt.Errorf("reading %s ahead: %w", redact(rawURL), err)
+	}
+	return &fetched{ReadCloser: ra, cancel: cancel}, nil
 }
 
 // get returns the body at rawURL: a file's (file://) or an HTTP GET's.
@@ -280,8 +314,7 @@ func (r *Reader) readDirect() error {
 		}
 	}
 	if r.offset+int64(len(buf)) >= d.end {
-		r.closeDirect()
-		directReads.WithLabelValues("ok").Inc()
+		r.endDirect("ok")
 	}
 	r.buf = buf
 	r.progress()
@@ -295,7 +328,7 @@ func (r *Reader) readDirect() error {
 // context is done.
 func (r *Reader) directFailed(err error) error {
 	d := r.directRead
-	r.closeDirect()
+	r.endDirect("") // Counted by fallBack.
 	if cerr := r.ctx.Err(); cerr != nil {
 		return fmt.Errorf("client: read journal %q at offset %d: %w", r.req.Journal, r.offset, cerr)
 	}
@@ -314,9 +347,18 @@ func (r *Reader) fallBack(until int64, err error) {
 	r.c.direct.warn(r.c.cfg.Logger, r.req.Journal, r.offset, err)
 }
 
-func (r *Reader) closeDirect() {
+// closeDirect closes the fragment being read directly, if any, before
+// the Reader read what it wanted of it.
+func (r *Reader) closeDirect() { r.endDirect("closed") }
+
+// endDirect closes the fragment being read directly, if any, and counts
+// its fetch, if there was one, with result (unless empty).
+func (r *Reader) endDirect(result string) {
 	if d := r.directRead; d != nil && d.rc != nil {
 		d.rc.Close()
+		if result != "" {
+			directReads.WithLabelValues(result).Inc()
+		}
 	}
 	r.directRead = nil
 }

@@ -55,6 +55,8 @@ type Player struct {
 	cfg   PlayerConfig
 	fsm   *FSM
 	files map[uint64]*os.File // Open for writing, by node.
+	// w makes the writes of the play in progress; see withWriter.
+	w *dirWriter
 
 	finish     chan struct{}
 	finishOnce sync.Once
@@ -165,11 +167,27 @@ func (p *Player) Tail(ctx context.Context) error {
 }
 
 // playFrom reads and applies ops from the state's offset. Without block,
-// it returns nil at the write head.
+// it returns nil at the write head, once every op read is made.
 func (p *Player) playFrom(ctx context.Context, block bool) error {
+	return p.withWriter(func() error { return p.readFrom(ctx, block) })
+}
+
+// withWriter runs play with a dirWriter for its writes, and returns once
+// they are all made, with play's error or else the writer's.
+func (p *Player) withWriter(play func() error) error {
+	p.w = newDirWriter()
+	err := play()
+	if werr := p.w.close(); err == nil {
+		err = werr
+	}
+	p.w = nil
+	return err
+}
+
+func (p *Player) readFrom(ctx context.Context, block bool) error {
 	rd := p.cfg.Client.NewReader(ctx, client.ReadRequest{Journal: p.cfg.Journal, Offset: p.fsm.Offset, Block: block})
 	defer rd.Close()
-	ops := &opReader{r: bufio.NewReaderSize(&countingReader{rd, &p.bytesRead}, 1<<20), offset: p.fsm.Offset}
+	ops := &opReader{r: &countingReader{bufio.NewReaderSize(rd, 1<<20), &p.bytesRead}, offset: p.fsm.Offset}
 	var gap error // The gap just crossed, if the last read crossed one.
 	for {
 		begin := ops.offset
@@ -182,7 +200,7 @@ func (p *Player) playFrom(ctx context.Context, block bool) error {
 		} else if err != nil {
 			return p.readError(err, begin, rd.WriteHead())
 		}
-		if err := p.apply(&op, begin, ops.offset); err != nil && gap != nil {
+		if err := p.apply(&op, begin, ops); err != nil && gap != nil {
 			return fmt.Errorf("%w, after %w", err, gap)
 		} else if err != nil {
 			return err
@@ -235,14 +253,15 @@ func (p *Player) readError(err error, offset, head int64) error {
 	return fmt.Errorf("recoverylog: playing log %q at offset %d: %w", j, offset, err)
 }
 
-// apply checks op against the state, makes it in the directory, then
-// applies it to the state.
-func (p *Player) apply(op *Op, begin, end int64) error {
+// apply checks op, which ops just read, against the state, makes it in
+// the directory (or queues it to be made), then applies it to the state.
+func (p *Player) apply(op *Op, begin int64, ops *opReader) error {
+	end := ops.offset
 	if err := p.fsm.check(op); err != nil {
 		return fmt.Errorf("recoverylog: log %q: %w", p.cfg.Journal,
 			&OpError{Offset: begin, Op: op.String(), Reason: err.Error()})
 	}
-	if err := p.applyToDir(op); err != nil {
+	if err := p.applyToDir(op, ops); err != nil {
 		return fmt.Errorf("recoverylog: log %q: op at offset %d (%s): %w", p.cfg.Journal, begin, op, err)
 	}
 	if err := p.fsm.Apply(op, begin, end); err != nil {
@@ -255,8 +274,16 @@ func (p *Player) apply(op *Op, begin, end int64) error {
 
 func (p *Player) path(rel string) string { return filepath.Join(p.cfg.Dir, filepath.FromSlash(rel)) }
 
-// applyToDir makes a checked op in the directory.
-func (p *Player) applyToDir(op *Op) error {
+// applyToDir makes a checked op in the directory, or queues it to p.w.
+func (p *Player) applyToDir(op *Op, ops *opReader) error {
+	switch op.Kind {
+	case KindLink, KindUnlink, KindRename:
+		// They may close a file, and the log orders them after the
+		// writes before them.
+		if err := p.w.wait(); err != nil {
+			return err
+		}
+	}
 	switch op.Kind {
 	case KindCreate:
 		if err := p.mkdirFor(op.Path); err != nil {
@@ -292,14 +319,14 @@ func (p *Player) applyToDir(op *Op) error {
 		if err != nil {
 			return err
 		}
-		_, err = f.WriteAt(op.Data, op.Offset)
+		ops.body, err = p.w.writeAt(f, op.Node, ops.body, op.Data, op.Offset, false)
 		return err
 	case KindTruncate:
 		f, err := p.file(op.Node)
 		if err != nil {
 			return err
 		}
-		return f.Truncate(op.Offset)
+		return p.w.truncate(f, op.Node, op.Offset)
 	}
 	return fmt.Errorf("unknown op kind %d", uint8(op.Kind))
 }
@@ -366,7 +393,8 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// countingReader counts the bytes read through it.
+// countingReader counts the bytes read through it: over a buffered
+// reader, the log bytes that playback took, not those read ahead.
 type countingReader struct {
 	r io.Reader
 	n *atomic.Int64

@@ -39,15 +39,27 @@ func (p *Player) playHints(ctx context.Context) error {
 			return fmt.Errorf("recoverylog: log %q: installing hinted node %d: %w", p.cfg.Journal, n.Node, err)
 		}
 	}
-	var readBytes int64
-	var lastSeq uint64
-	for _, seg := range h.Segments(p.cfg.SegmentGap) {
-		var err error
-		if lastSeq, err = p.playSegment(ctx, seg, read, lastSeq); err != nil {
-			return err
+	read0 := p.bytesRead.Load()
+	err := p.withWriter(func() error {
+		segs := h.Segments(p.cfg.SegmentGap)
+		if len(segs) == 0 {
+			return nil
 		}
-		readBytes += seg.End - seg.Begin
+		sr := &segmentReader{p: p, ctx: ctx, end: segs[len(segs)-1].End}
+		defer sr.close()
+		var lastSeq uint64
+		for _, seg := range segs {
+			var err error
+			if lastSeq, err = p.playSegment(sr, seg, read, lastSeq); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	skipped := max(0, h.Offset-(p.bytesRead.Load()-read0))
 	for _, n := range read {
 		if !n.created || n.played != n.Length {
 			return fmt.Errorf("recoverylog: log %q: %w: node %d has %d bytes in hints, the log's ops give it %d (created: %v)",
@@ -64,8 +76,8 @@ func (p *Player) playHints(ctx context.Context) error {
 	}
 	p.fsm = h.fsm()
 	p.offset.Store(h.Offset)
-	p.bytesSkipped.Store(h.Offset - readBytes)
-	skippedBytes.Add(float64(h.Offset - readBytes))
+	p.bytesSkipped.Store(skipped)
+	skippedBytes.Add(float64(skipped))
 	return nil
 }
 
@@ -96,11 +108,10 @@ func (p *Player) writeInline(n HintNode) error {
 // playSegment reads the ops of seg and applies those that create or
 // write the nodes of read. The ops of a segment follow one another:
 // their sequence numbers too, after lastSeq. It returns the last one's.
-func (p *Player) playSegment(ctx context.Context, seg Segment, read map[uint64]*hintedNode, lastSeq uint64) (uint64, error) {
+func (p *Player) playSegment(sr *segmentReader, seg Segment, read map[uint64]*hintedNode, lastSeq uint64) (uint64, error) {
 	j := p.cfg.Journal
-	rd := p.cfg.Client.NewReader(ctx, client.ReadRequest{Journal: j, Offset: seg.Begin, EndOffset: seg.End})
-	defer rd.Close()
-	ops := &opReader{r: bufio.NewReaderSize(&countingReader{rd, &p.bytesRead}, 1<<20), offset: seg.Begin}
+	sr.seek(seg.Begin)
+	rd, ops := sr.rd, sr.ops
 	first := true
 	for ops.offset < seg.End {
 		begin := ops.offset
@@ -132,7 +143,7 @@ func (p *Player) playSegment(ctx context.Context, seg Segment, read map[uint64]*
 		}
 		first, lastSeq = false, op.Seq
 		if n := read[op.Node]; n != nil && (op.Kind == KindCreate || op.Kind.changesContent()) {
-			if err := p.applyHinted(n, &op, begin); err != nil {
+			if err := p.applyHinted(n, &op, begin, ops); err != nil {
 				return 0, reject("%v", err)
 			}
 			p.ops.Add(1)
@@ -142,8 +153,9 @@ func (p *Player) playSegment(ctx context.Context, seg Segment, read map[uint64]*
 	return lastSeq, nil
 }
 
-// applyHinted applies an op that creates or writes a hinted node.
-func (p *Player) applyHinted(n *hintedNode, op *Op, begin int64) error {
+// applyHinted applies an op that creates or writes a hinted node, which
+// ops just read.
+func (p *Player) applyHinted(n *hintedNode, op *Op, begin int64, ops *opReader) error {
 	if op.Kind == KindCreate {
 		if n.created || begin != n.FirstOffset {
 			return fmt.Errorf("node %d is created again, or not at its first offset %d", n.Node, n.FirstOffset)
@@ -167,7 +179,7 @@ func (p *Player) applyHinted(n *hintedNode, op *Op, begin int64) error {
 	case KindTruncate:
 		n.inPlace = true
 		n.played = op.Offset
-		return f.Truncate(op.Offset)
+		return p.w.truncate(f, n.Node, op.Offset)
 	case KindWriteAt:
 		n.inPlace = true
 	case KindWrite:
@@ -178,9 +190,66 @@ func (p *Player) applyHinted(n *hintedNode, op *Op, begin int64) error {
 			return fmt.Errorf("write past node %d's length %d in the hints", n.Node, n.Length)
 		}
 	}
-	if _, err := f.WriteAt(op.Data, op.Offset); err != nil {
-		return err
-	}
 	n.played = max(n.played, op.Offset+int64(len(op.Data)))
-	return nil
+	// A node written only by appends is complete at its hinted length:
+	// its file can be synced while playback goes on.
+	complete := !n.inPlace && n.played == n.Length && os.Getenv("QUIRE_TMP_NOSYNC") == ""
+	var err error
+	ops.body, err = p.w.writeAt(f, n.Node, ops.body, op.Data, op.Offset, complete)
+	return err
+}
+
+// segmentReader reads the segments of hints, in order, through one
+// journal read where it can.
+//
+// A read that begins within a persisted fragment reads the fragment from
+// its beginning (compressed content cannot be entered anywhere else) and
+// skips to the offset. A read per segment would so read a fragment of
+// many segments again and again. A segment that begins in the fragment
+// being read is reached by reading on instead.
+type segmentReader struct {
+	p   *Player
+	ctx context.Context
+	end int64 // The end of the last segment.
+	rd  *client.Reader
+	buf *bufio.Reader
+	ops *opReader
+}
+
+// seek places the op reader at offset, which is not before any offset
+// seek was given.
+func (s *segmentReader) seek(offset int64) {
+	if s.rd != nil && s.ops.offset <= offset {
+		f, _ := s.rd.Fragment()
+		inFragment := f != nil && f.Store != "" && offset < f.End
+		if s.ops.offset == offset || inFragment && s.discard(offset-s.ops.offset) {
+			return
+		}
+	}
+	s.close()
+	s.rd = s.p.cfg.Client.NewReader(s.ctx, client.ReadRequest{Journal: s.p.cfg.Journal, Offset: offset, EndOffset: s.end})
+	s.buf = bufio.NewReaderSize(s.rd, 1<<20)
+	s.ops = &opReader{r: &countingReader{s.buf, &s.p.bytesRead}, offset: offset}
+}
+
+// discard reads on n bytes. If it fails (a gap in the log, say), seek
+// opens a new read, which meets the failure where it matters.
+func (s *segmentReader) discard(n int64) bool {
+	for n > 0 {
+		d, err := s.buf.Discard(int(min(n, 1<<30)))
+		n -= int64(d)
+		s.ops.offset += int64(d)
+		s.p.bytesRead.Add(int64(d))
+		playedBytes.Add(float64(d))
+		if err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *segmentReader) close() {
+	if s.rd != nil {
+		s.rd.Close()
+	}
 }
