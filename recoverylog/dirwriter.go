@@ -67,24 +67,73 @@ func newDirWriter() *dirWriter {
 func (w *dirWriter) write() {
 	defer w.wg.Done()
 	defer close(w.writebacks)
-	for req := range w.reqs {
+	var next *writeReq // Received, not yet made.
+	for {
+		req, ok := next, next != nil
+		if !ok {
+			r, open := <-w.reqs
+			if !open {
+				return
+			}
+			req = &r
+		}
+		next = nil
 		switch {
 		case req.done != nil:
 			close(req.done)
 			continue
 		case w.failed():
+			w.finish(req)
 		case req.truncate:
 			w.fail(req.node, req.f.Truncate(req.offset))
+			w.finish(req)
 		default:
-			_, err := req.f.WriteAt(req.data, req.offset)
-			w.fail(req.node, err)
+			next = w.writeRun(req)
 		}
-		if req.body != nil {
-			w.free <- req.body
+	}
+}
+
+// writeRun writes req together with the writes queued behind it that
+// continue it in its file, in one system call where the system allows:
+// ops of a few KiB each (Pebble's) cost much more written one by one. It
+// returns the first request received that does not continue the run.
+func (w *dirWriter) writeRun(req *writeReq) *writeReq {
+	run := []*writeReq{req}
+	bufs := [][]byte{req.data}
+	end := req.offset + int64(len(req.data))
+	var next *writeReq
+gather:
+	for len(run) < dirWriterBodies {
+		select {
+		case r, ok := <-w.reqs:
+			switch {
+			case !ok:
+				break gather
+			case r.done != nil || r.truncate || r.f != req.f || r.offset != end:
+				next = &r
+				break gather
+			}
+			run, bufs = append(run, &r), append(bufs, r.data)
+			end += int64(len(r.data))
+		default:
+			break gather
 		}
-		if req.complete && !w.failed() {
-			w.writebacks <- writebackReq{req.f, req.node}
-		}
+	}
+	w.fail(req.node, writeAtv(req.f, bufs, req.offset))
+	for _, r := range run {
+		w.finish(r)
+	}
+	return next
+}
+
+// finish gives back req's body, and starts the writeback of its file if
+// it is complete.
+func (w *dirWriter) finish(req *writeReq) {
+	if req.body != nil {
+		w.free <- req.body
+	}
+	if req.complete && !w.failed() {
+		w.writebacks <- writebackReq{req.f, req.node}
 	}
 }
 

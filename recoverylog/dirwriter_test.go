@@ -2,8 +2,10 @@ package recoverylog
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -19,7 +21,7 @@ func TestDirWriter(t *testing.T) {
 		t.Cleanup(func() { f.Close() })
 		return f
 	}
-	a, b := open("a"), open("b")
+	a, b, c := open("a"), open("b"), open("c")
 	w := newDirWriter()
 	bodies := map[*byte]bool{} // Those the op reader was given, by first byte.
 	var body []byte
@@ -36,6 +38,9 @@ func TestDirWriter(t *testing.T) {
 		write(a, "aaaa", int64(4*i), false)
 		write(b, "bb", int64(2*i), i == 99)
 	}
+	for i := range 1000 { // Runs of writes that continue each other.
+		write(c, fmt.Sprintf("%03d,", i), int64(4*i), false)
+	}
 	if err := w.truncate(a, 1, 6); err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +53,13 @@ func TestDirWriter(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(b.Name()); len(got) != 200 {
 		t.Errorf("b holds %d bytes, want 200", len(got))
+	}
+	var want strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&want, "%03d,", i)
+	}
+	if got, _ := os.ReadFile(c.Name()); string(got) != want.String() {
+		t.Errorf("c holds %.40q..., want %.40q...", got, want.String())
 	}
 	if len(bodies) > dirWriterBodies {
 		t.Errorf("%d bodies came back, more than the %d the writer holds", len(bodies), dirWriterBodies)
