@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -23,58 +24,31 @@ var benchSpools = flag.String("bench.spools", "", "directory for the brokers' sp
 // With -bench.spools=/dev/shm the broker keeps its spools in memory, off
 // the disk Pebble syncs to, as a broker on another machine would.
 func BenchmarkPebbleCommit(b *testing.B) {
-	c := brokertest.New(b)
-	if *benchSpools != "" {
-		c.KeepUnder(*benchSpools)
-	}
-	cl := c.Client(c.Start("b1"))
-	runs := 0
-	for _, recorded := range []bool{false, true} {
-		b.Run(fmt.Sprintf("recorded=%v", recorded), func(b *testing.B) {
-			dir := filepath.Join(b.TempDir(), "db")
-			var fs vfs.FS = vfs.Default
-			if recorded {
-				runs++ // Each run records into a new log.
-				journal := fmt.Sprintf("bench/store-%d", runs)
-				c.Journals(cl, 1, journal)
-				fs = newRecorder(b, cl, journal, dir)
-			}
-			p, err := OpenPebble(dir, fs, &pebble.Options{Logger: quietLogger{}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			ctx := testContext(b)
-			value := make([]byte, 32)
-			key := make([]byte, 0, 16)
-			b.ResetTimer()
-			for i := range b.N {
-				batch := p.Batch()
-				for j := range 100 {
-					key = fmt.Appendf(key[:0], "key-%011d", (i*100+j)%1000000)
-					value[0], value[1] = byte(i), byte(j)
-					if err := batch.Set(key, value, nil); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := p.StartCommit(ctx, checkpoint(i%200+1)); err != nil {
+	benchCommits(b, "pebble", func(b *testing.B, fs vfs.FS, dir string) func(context.Context, int) {
+		p, err := OpenPebble(dir, fs, &pebble.Options{Logger: quietLogger{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Close() })
+		return func(ctx context.Context, i int) {
+			batch := p.Batch()
+			benchKeys(i, func(key, value []byte) {
+				if err := batch.Set(key, value, nil); err != nil {
 					b.Fatal(err)
 				}
+			})
+			if err := p.StartCommit(ctx, checkpoint(i%200+1)); err != nil {
+				b.Fatal(err)
 			}
-			b.StopTimer()
-			secs := b.Elapsed().Seconds()
-			b.ReportMetric(float64(b.N)/secs, "commits/s")
-			b.ReportMetric(float64(b.N*100)/secs, "keys/s")
-		})
-	}
+		}
+	})
 }
 
-// BenchmarkSQLiteCommit measures the transactions of BenchmarkPebbleCommit
-// (100 upserts of 16-byte keys and 32-byte values, committed with a
-// checkpoint) on a SQLite store, on a local directory and recorded into a
-// recovery log. It reports commits/s, keys/s and, recorded, the log's
-// bytes per commit (the WAL's pages, and the database's at checkpoints).
-func BenchmarkSQLiteCommit(b *testing.B) {
+// benchCommits runs the commits of a store's benchmark, on a local
+// directory and recorded into a recovery log, and reports commits/s,
+// keys/s and, recorded, bytes of log per commit. open opens the store in
+// dir over fs, and returns what makes its commit i of benchKeys(i).
+func benchCommits(b *testing.B, name string, open func(b *testing.B, fs vfs.FS, dir string) func(context.Context, int)) {
 	c := brokertest.New(b)
 	if *benchSpools != "" {
 		c.KeepUnder(*benchSpools)
@@ -88,41 +62,20 @@ func BenchmarkSQLiteCommit(b *testing.B) {
 			var rec *recoverylog.Recorder
 			if recorded {
 				runs++ // Each run records into a new log.
-				journal := fmt.Sprintf("bench/sqlite-%d", runs)
+				journal := fmt.Sprintf("bench/%s-%d", name, runs)
 				c.Journals(cl, 1, journal)
 				rec = newRecorder(b, cl, journal, dir)
 				fs = rec
 			}
-			s := openSQLite(b, fs, dir)
-			defer s.Close()
+			commit := open(b, fs, dir)
 			ctx := testContext(b)
-			exec(b, s, `CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL)`)
-			if err := s.StartCommit(ctx, checkpoint(1)); err != nil {
-				b.Fatal(err)
-			}
 			var start int64
 			if rec != nil {
 				start = rec.FSM().Offset
 			}
-			value := make([]byte, 32)
-			key := make([]byte, 0, 16)
 			b.ResetTimer()
 			for i := range b.N {
-				tx, err := s.Tx(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for j := range 100 {
-					key = fmt.Appendf(key[:0], "key-%011d", (i*100+j)%1000000)
-					value[0], value[1] = byte(i), byte(j)
-					if _, err := tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?)
-						ON CONFLICT (k) DO UPDATE SET v = excluded.v`, key, value); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := s.StartCommit(ctx, checkpoint(i%200+1)); err != nil {
-					b.Fatal(err)
-				}
+				commit(ctx, i)
 			}
 			b.StopTimer()
 			secs := b.Elapsed().Seconds()
@@ -133,4 +86,47 @@ func BenchmarkSQLiteCommit(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchKeys calls set with the 100 keys (16 bytes, of a million) and
+// values (32 bytes) of commit i.
+func benchKeys(i int, set func(key, value []byte)) {
+	value := make([]byte, 32)
+	key := make([]byte, 0, 16)
+	for j := range 100 {
+		key = fmt.Appendf(key[:0], "key-%011d", (i*100+j)%1000000)
+		value[0], value[1] = byte(i), byte(j)
+		set(key, value)
+	}
+}
+
+// BenchmarkSQLiteCommit measures the transactions of BenchmarkPebbleCommit
+// (100 upserts of 16-byte keys and 32-byte values, committed with a
+// checkpoint) on a SQLite store, on a local directory and recorded into a
+// recovery log. It reports commits/s, keys/s and, recorded, the log's
+// bytes per commit (the WAL's pages, and the database's at checkpoints).
+func BenchmarkSQLiteCommit(b *testing.B) {
+	benchCommits(b, "sqlite", func(b *testing.B, fs vfs.FS, dir string) func(context.Context, int) {
+		s := openSQLite(b, fs, dir)
+		b.Cleanup(func() { s.Close() })
+		exec(b, s, `CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL)`)
+		if err := s.StartCommit(testContext(b), checkpoint(1)); err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, i int) {
+			tx, err := s.Tx(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchKeys(i, func(key, value []byte) {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?)
+					ON CONFLICT (k) DO UPDATE SET v = excluded.v`, key, value); err != nil {
+					b.Fatal(err)
+				}
+			})
+			if err := s.StartCommit(ctx, checkpoint(i%200+1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -67,17 +67,10 @@ var sqlIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_]
 // RETURNING: they are PostgreSQL's, and the store is tested against
 // PostgreSQL only.
 type SQL struct {
-	db    *sql.DB
+	t     sqlTx
 	shard string
 	table string
-	txOpt *sql.TxOptions
 	fence int64
-	cp    []byte  // JSON of the committed checkpoint; nil if none.
-	tx    *sql.Tx // The current transaction; nil until Tx or StartCommit.
-	// err is sticky: set when a commit failed after its transaction was
-	// used (its changes are rolled back, or their fate is unknown), or
-	// on Close.
-	err error
 }
 
 var _ Store = (*SQL)(nil)
@@ -92,7 +85,7 @@ func OpenSQL(ctx context.Context, db *sql.DB, shardID string, opts SQLOptions) (
 	if err := validateSQLArgs(db, shardID, &opts); err != nil {
 		return nil, err
 	}
-	s := &SQL{db: db, shard: shardID, table: opts.Table, txOpt: opts.TxOptions}
+	s := &SQL{t: sqlTx{db: db, opts: opts.TxOptions, name: fmt.Sprintf("SQL shard %q (table %s)", shardID, opts.Table)}, shard: shardID, table: opts.Table}
 	if !opts.TableExists {
 		if err := s.createTable(ctx); err != nil {
 			return nil, err
@@ -130,7 +123,7 @@ func validateSQLArgs(db *sql.DB, shardID string, opts *SQLOptions) error {
 func (s *SQL) createTable(ctx context.Context) error {
 	var err error
 	for range 2 {
-		if _, err = s.db.ExecContext(ctx, fmt.Sprintf(SQLTableDDL, s.table)); err == nil {
+		if _, err = s.t.db.ExecContext(ctx, fmt.Sprintf(SQLTableDDL, s.table)); err == nil {
 			return nil
 		}
 	}
@@ -143,11 +136,11 @@ func (s *SQL) takeFence(ctx context.Context) error {
 		ON CONFLICT (shard) DO UPDATE SET fence = c.fence + 1
 		RETURNING fence, checkpoint`, s.table)
 	var cp sql.NullString
-	if err := s.db.QueryRowContext(ctx, q, s.shard).Scan(&s.fence, &cp); err != nil {
+	if err := s.t.db.QueryRowContext(ctx, q, s.shard).Scan(&s.fence, &cp); err != nil {
 		return fmt.Errorf("store: OpenSQL: taking the fence of shard %q in table %s: %w", s.shard, s.table, err)
 	}
 	if cp.Valid {
-		s.cp = []byte(cp.String)
+		s.t.cp = []byte(cp.String)
 	}
 	return nil
 }
@@ -162,39 +155,13 @@ func (s *SQL) Fence() int64 { return s.fence }
 // back when the context it began with is done (StartCommit then fails).
 // After each StartCommit, the next call begins a new transaction: call Tx
 // again rather than keeping it.
-func (s *SQL) Tx(ctx context.Context) (*sql.Tx, error) {
-	if s.err != nil {
-		return nil, s.err
-	}
-	if s.tx != nil {
-		return s.tx, nil
-	}
-	tx, err := s.db.BeginTx(ctx, s.txOpt)
-	if err != nil {
-		return nil, fmt.Errorf("store: SQL shard %q: beginning a transaction: %w", s.shard, err)
-	}
-	s.tx = tx
-	return tx, nil
-}
+func (s *SQL) Tx(ctx context.Context) (*sql.Tx, error) { return s.t.begin(ctx) }
 
 // RestoreCheckpoint returns the committed checkpoint: the one OpenSQL
 // read, or the last one this store committed since (no other store can
 // commit for the shard without fencing this one first).
 func (s *SQL) RestoreCheckpoint(ctx context.Context) (Checkpoint, error) {
-	if s.err != nil {
-		return Checkpoint{}, s.err
-	}
-	if err := ctx.Err(); err != nil {
-		return Checkpoint{}, err
-	}
-	if s.cp == nil {
-		return Checkpoint{}, nil
-	}
-	cp, err := unmarshalCheckpoint(s.cp)
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("store: SQL shard %q in table %s: %w", s.shard, s.table, err)
-	}
-	return cp, nil
+	return s.t.restore(ctx)
 }
 
 // StartCommit writes cp into the shard's row, in the current transaction
@@ -208,27 +175,7 @@ func (s *SQL) RestoreCheckpoint(ctx context.Context) (Checkpoint, error) {
 // returns the error, and the shard must be recovered (the store opened
 // again) to go on.
 func (s *SQL) StartCommit(ctx context.Context, cp Checkpoint) error {
-	if s.err != nil {
-		return s.err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	b, err := marshalCheckpoint(cp)
-	if err != nil {
-		return err
-	}
-	tx, err := s.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	s.tx = nil
-	if err := s.commit(ctx, tx, b); err != nil {
-		s.err = err
-		return err
-	}
-	s.cp = b
-	return nil
+	return s.t.commit(ctx, cp, s.commit)
 }
 
 // commit writes the checkpoint b into the shard's row if it holds this
@@ -264,7 +211,7 @@ func (s *SQL) commit(ctx context.Context, tx *sql.Tx, b []byte) error {
 func (s *SQL) fenceNow(ctx context.Context) string {
 	var fence int64
 	q := fmt.Sprintf(`SELECT fence FROM %s WHERE shard = $1`, s.table)
-	switch err := s.db.QueryRowContext(ctx, q, s.shard).Scan(&fence); {
+	switch err := s.t.db.QueryRowContext(ctx, q, s.shard).Scan(&fence); {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Sprintf("the shard's row in table %s is gone", s.table)
 	case err != nil:
@@ -275,18 +222,4 @@ func (s *SQL) fenceNow(ctx context.Context) string {
 
 // Close rolls back the current transaction, if any. It does not close the
 // database.
-func (s *SQL) Close() error {
-	if errors.Is(s.err, ErrClosed) {
-		return ErrClosed
-	}
-	s.err, s.cp = ErrClosed, nil
-	if s.tx == nil {
-		return nil
-	}
-	tx := s.tx
-	s.tx = nil
-	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("store: SQL shard %q: rolling back the pending transaction: %w", s.shard, err)
-	}
-	return nil
-}
+func (s *SQL) Close() error { return s.t.close() }

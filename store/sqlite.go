@@ -63,13 +63,8 @@ type SQLite struct {
 	fs           vfs.FS
 	dir, path    string // The store's directory, and its database.
 	rewriteAfter int64
-	db           *sql.DB
 	vfsName      string
-	cp           []byte  // JSON of the committed checkpoint; nil if none.
-	tx           *sql.Tx // The current transaction; nil until Tx or StartCommit.
-	// err is sticky: set when a commit failed after its transaction was
-	// used, or on Close.
-	err error
+	t            sqlTx
 }
 
 var _ Store = (*SQLite)(nil)
@@ -106,7 +101,7 @@ func OpenSQLite(ctx context.Context, fs vfs.FS, dir string, opts SQLiteOptions) 
 		return nil, err
 	}
 	s := &SQLite{fs: fs, dir: dir, path: fs.PathJoin(dir, SQLiteFileName), rewriteAfter: opts.RewriteAfter,
-		vfsName: sqliteVFS{fs}.register()}
+		vfsName: sqliteVFS{fs}.register(), t: sqlTx{name: "SQLite"}}
 	if s.rewriteAfter == 0 {
 		s.rewriteAfter = DefaultSQLiteRewriteAfter
 	}
@@ -139,7 +134,7 @@ func (s *SQLite) open() error {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s.db = db
+	s.t.db = db
 	return nil
 }
 
@@ -182,12 +177,12 @@ func (s *SQLite) load(ctx context.Context) error {
 		id         INTEGER PRIMARY KEY CHECK (id = 1),
 		checkpoint TEXT NOT NULL
 	)`, SQLiteCheckpointTable)
-	if _, err := s.db.ExecContext(ctx, ddl); err != nil {
+	if _, err := s.t.db.ExecContext(ctx, ddl); err != nil {
 		return fmt.Errorf("creating table %s: %w", SQLiteCheckpointTable, err)
 	}
 	var b []byte
 	q := fmt.Sprintf(`SELECT checkpoint FROM %s WHERE id = 1`, SQLiteCheckpointTable)
-	switch err := s.db.QueryRowContext(ctx, q).Scan(&b); {
+	switch err := s.t.db.QueryRowContext(ctx, q).Scan(&b); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
 	case err != nil:
@@ -196,7 +191,7 @@ func (s *SQLite) load(ctx context.Context) error {
 	if _, err := unmarshalCheckpoint(b); err != nil {
 		return fmt.Errorf("table %s: %w", SQLiteCheckpointTable, err)
 	}
-	s.cp = b
+	s.t.cp = b
 	return nil
 }
 
@@ -206,34 +201,12 @@ func (s *SQLite) load(ctx context.Context) error {
 // back when the context it began with is done (StartCommit then fails).
 // After each StartCommit, the next call begins a new transaction: call Tx
 // again rather than keeping it.
-func (s *SQLite) Tx(ctx context.Context) (*sql.Tx, error) {
-	if s.err != nil {
-		return nil, s.err
-	}
-	if s.tx != nil {
-		return s.tx, nil
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("store: SQLite: beginning a transaction: %w", err)
-	}
-	s.tx = tx
-	return tx, nil
-}
+func (s *SQLite) Tx(ctx context.Context) (*sql.Tx, error) { return s.t.begin(ctx) }
 
 // RestoreCheckpoint returns the committed checkpoint: the one OpenSQLite
 // read, or the last one this store committed since.
 func (s *SQLite) RestoreCheckpoint(ctx context.Context) (Checkpoint, error) {
-	if s.err != nil {
-		return Checkpoint{}, s.err
-	}
-	if err := ctx.Err(); err != nil {
-		return Checkpoint{}, err
-	}
-	if s.cp == nil {
-		return Checkpoint{}, nil
-	}
-	return unmarshalCheckpoint(s.cp)
+	return s.t.restore(ctx)
 }
 
 // StartCommit writes cp into the checkpoint table, in the current
@@ -244,28 +217,11 @@ func (s *SQLite) RestoreCheckpoint(ctx context.Context) (Checkpoint, error) {
 // primary's is fenced), the store fails: every later call returns the
 // error, and the shard must be recovered to know what was committed.
 func (s *SQLite) StartCommit(ctx context.Context, cp Checkpoint) error {
-	if s.err != nil {
-		return s.err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.t.commit(ctx, cp, s.commit); err != nil {
 		return err
 	}
-	b, err := marshalCheckpoint(cp)
-	if err != nil {
-		return err
-	}
-	tx, err := s.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	s.tx = nil
-	if err := s.commit(ctx, tx, b); err != nil {
-		s.err = err
-		return err
-	}
-	s.cp = b
 	if err := s.maybeRewrite(ctx); err != nil {
-		s.err = err // Committed, but the database is in an unknown state.
+		s.t.err = err // Committed, but the database is in an unknown state.
 		return err
 	}
 	return nil
@@ -297,10 +253,10 @@ func (s *SQLite) rewrite(ctx context.Context) error {
 	if err := s.removeRewrite(); err != nil {
 		return err
 	}
-	if _, err := s.db.ExecContext(ctx, `VACUUM INTO ?`, tmp); err != nil {
+	if _, err := s.t.db.ExecContext(ctx, `VACUUM INTO ?`, tmp); err != nil {
 		return fmt.Errorf("store: SQLite: rewriting the database into %s: %w", tmp, err)
 	}
-	if err := s.db.Close(); err != nil {
+	if err := s.t.db.Close(); err != nil {
 		return fmt.Errorf("store: SQLite: closing the database to rewrite it: %w", err)
 	}
 	// A WAL left beside the new file would be played into it.
@@ -340,24 +296,17 @@ func (s *SQLite) commit(ctx context.Context, tx *sql.Tx, b []byte) error {
 // Close rolls back the current transaction, if any, and closes the
 // database (SQLite then checkpoints its WAL into the database file).
 func (s *SQLite) Close() error {
-	if errors.Is(s.err, ErrClosed) {
+	err := s.t.close()
+	if errors.Is(err, ErrClosed) {
 		return ErrClosed
 	}
-	s.err, s.cp = ErrClosed, nil
-	var errs []error
-	if s.tx != nil {
-		if err := s.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			errs = append(errs, fmt.Errorf("store: SQLite: rolling back the pending transaction: %w", err))
-		}
-		s.tx = nil
+	if cerr := s.close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("store: SQLite: closing the database: %w", cerr))
 	}
-	if err := s.close(); err != nil {
-		errs = append(errs, fmt.Errorf("store: SQLite: closing the database: %w", err))
-	}
-	return errors.Join(errs...)
+	return err
 }
 
 func (s *SQLite) close() error {
 	defer sqlitevfs.Unregister(s.vfsName)
-	return s.db.Close()
+	return s.t.db.Close()
 }

@@ -137,7 +137,7 @@ func TestSQLiteBadCheckpoint(t *testing.T) {
 	if err := tx.Commit(); err != nil { // Behind the store's back.
 		t.Fatal(err)
 	}
-	s.tx = nil
+	s.t.tx = nil
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
