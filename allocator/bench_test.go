@@ -38,8 +38,29 @@ type benchFleet struct {
 	rounds int
 }
 
+var benchEtcdFsync = flag.Bool("bench.etcd-fsync", false,
+	"run the end-to-end benchmarks against a dedicated etcd that syncs its WAL, as in production (by default, the tests' shared etcd, which does not)")
+
+// benchEtcd returns a client of the benchmarks' etcd and a key prefix.
+func benchEtcd(b *testing.B) (*clientv3.Client, string) {
+	if !*benchEtcdFsync {
+		return etcdtest.Client(b)
+	}
+	s, err := etcdtest.Start("", etcdtest.Options{Fsync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	c, err := s.Client()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c, "/bench/"
+}
+
 func newBenchFleet(b *testing.B) (*benchFleet, func()) {
-	client, root := etcdtest.Client(b)
+	client, root := benchEtcd(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &benchFleet{b: b, client: client, root: root, idle: make(chan *State, 1)}
 	lease, err := client.Grant(ctx, 60)
