@@ -192,8 +192,8 @@ func (p *Player) applyHinted(n *hintedNode, op *Op, begin int64, ops *opReader) 
 	}
 	n.played = max(n.played, op.Offset+int64(len(op.Data)))
 	// A node written only by appends is complete at its hinted length:
-	// its file can be synced while playback goes on.
-	complete := !n.inPlace && n.played == n.Length && os.Getenv("QUIRE_TMP_NOSYNC") == ""
+	// its writeback can start while playback goes on.
+	complete := !n.inPlace && n.played == n.Length
 	var err error
 	ops.body, err = p.w.writeAt(f, n.Node, ops.body, op.Data, op.Offset, complete)
 	return err
