@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"io/fs"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quire-dev/quire/fragment"
 )
 
 // Fetching a fragment's URL: a 404 is a missing fragment; errors never
@@ -73,5 +76,40 @@ func TestDirectFetcher(t *testing.T) {
 	d.heldOff[store] = time.Now().Add(-time.Second)
 	if _, ok := d.heldOffUntil(store); ok {
 		t.Error("a store is still held off after its time")
+	}
+}
+
+// Closing a fragment being fetched returns even while the store has
+// stopped sending: the read ahead of it is cancelled, not waited out.
+func TestDirectFetchClosesWhileTheStoreStalls(t *testing.T) {
+	content := strings.Repeat("x", 4<<20)
+	released := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, content[:1<<20])
+		w.(http.Flusher).Flush()
+		select { // Stalls until the client gives up, or the test ends.
+		case <-r.Context().Done():
+		case <-released:
+		}
+	}))
+	defer srv.Close()
+	defer close(released)
+	d := newDirectFetcher(nil)
+	defer d.close()
+	f := fragment.Fragment{Journal: "a/journal", Begin: 0, End: int64(len(content)),
+		Sum: sha256.Sum256([]byte(content)), Codec: fragment.None}
+	rc, err := d.open(context.Background(), f, srv.URL+"/bucket/fragment", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rc, make([]byte, 512<<10)); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- rc.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while the store stalled")
 	}
 }
