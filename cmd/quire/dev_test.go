@@ -455,7 +455,7 @@ func TestJournalsAppendExactlyOnceAcrossKill9(t *testing.T) {
 	// At least three kills, and more until one caught an append whose
 	// answer was in flight (its retry was found committed), so that the
 	// test checks the retry and not only the luck of the timing.
-	for kill := 0; kill < 3 || (found() == before && kill < 10); kill++ {
+	for kill := 0; kill < 3 || (found() == before && kill < 25); kill++ {
 		for range 50 {
 			chunk(n)
 			n++
