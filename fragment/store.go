@@ -47,7 +47,8 @@ type Store interface {
 
 	// SignURL returns a URL from which a client may GET f's stored
 	// (compressed) bytes directly, for at least ttl: a presigned URL for
-	// an S3 store, and a file:// URL for a file store.
+	// an S3 store, a SAS URL for an Azure store, and a file:// URL for a
+	// file store.
 	SignURL(ctx context.Context, f Fragment, ttl time.Duration) (string, error)
 }
 
@@ -60,6 +61,7 @@ var ErrCorrupt = errors.New("fragment content does not match its name")
 //	file:///abs/path/
 //	s3://bucket/prefix/?endpoint=host:port&region=REGION&insecure=true
 //	gs://bucket/prefix/?endpoint=host:port&insecure=true
+//	azure://account/container/prefix/?endpoint=host:port&insecure=true
 //
 // A file store's directory is created if missing. An S3 store's
 // credentials come from the environment variables AWS_ACCESS_KEY_ID and
@@ -80,6 +82,25 @@ var ErrCorrupt = errors.New("fragment content does not match its name")
 // spoken to over plain http, to which no credentials are sent (and whose
 // direct-read URLs are the objects' own, unsigned).
 //
+// An Azure store (Azure Blob Storage) keeps fragments as block blobs in
+// the container of the storage account, at
+// https://ACCOUNT.blob.core.windows.net/. Its credentials are, in order:
+// the account's shared key in AZURE_STORAGE_KEY; a SAS token in
+// AZURE_STORAGE_SAS_TOKEN; else Microsoft Entra ID's
+// DefaultAzureCredential (AZURE_TENANT_ID, AZURE_CLIENT_ID and a secret
+// or certificate, workload identity, the machine's managed identity, the
+// Azure CLI's login). URLs for direct reads carry a read-only SAS for the
+// blob: signed with the shared key; the SAS token itself, if it permits
+// reading; or signed with a user delegation key got with Entra ID's
+// credentials. endpoint is the host[:port] of another service speaking
+// the Blob API, which addresses the account path-style
+// (host:port/ACCOUNT/CONTAINER/); with insecure=true, over plain http,
+// which takes a shared key or a SAS token only. Opening an Azure store
+// makes no request. This store has NOT been tested against Azure or any
+// emulator of it: none could be run where it was written (Azurite is a
+// JavaScript program, and no Go emulator could be fetched), so it says so
+// in a log line, once, and should be tried on a test container first.
+//
 // Errors name the part of the URL that is wrong.
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := storeurl.Parse(rawURL)
@@ -91,6 +112,8 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 		return openFileStore(u)
 	case "gs":
 		return openGCSStore(ctx, u)
+	case "azure":
+		return openAzureStore(u)
 	default:
 		return openS3Store(u)
 	}

@@ -22,6 +22,13 @@ func TestValidateURL(t *testing.T) {
 		"gs://bucket/",
 		"gs://my-bucket/prefix/",
 		"gs://bucket/?endpoint=127.0.0.1:4443&insecure=true",
+		"azure://account/container/",
+		"azure://account/container",
+		"azure://abc/a-b-c/",
+		"azure://abcdefghijklmnopqrstuvwx/" + strings.Repeat("c", 63) + "/",
+		"azure://acct0/cont1/a/b.c/d_e-f/",
+		"azure://acct/cont/?endpoint=127.0.0.1:10000&insecure=true",
+		"azure://acct/cont/p/?endpoint=blob.internal:443",
 	} {
 		if err := ValidateURL(u); err != nil {
 			t.Errorf("ValidateURL(%q) = %v", u, err)
@@ -36,7 +43,34 @@ func TestValidateURLErrors(t *testing.T) {
 		{"", "store URL is empty"},
 		{"file:///" + strings.Repeat("a", MaxURLLen), "maximum is 2048"},
 		{"/var/lib/quire/", "has no scheme"},
-		{"az://bucket/", `scheme "az" is not file, s3 or gs`},
+		{"az://bucket/", `scheme "az" is not file, s3, gs or azure`},
+		{"/var/lib/quire/", "want file://, s3://, gs:// or azure://"},
+		{"azure://", "has no account (want azure://account/container/)"},
+		{"azure:///cont/", "has no account"},
+		{"azure://acct/", "has no container (want azure://account/container/)"},
+		{"azure://acct", "has no container"},
+		{"azure://ab/cont/", `account "ab" is 2 characters long; want 3 to 24`},
+		{"azure://" + strings.Repeat("a", 25) + "/cont/", "is 25 characters long; want 3 to 24"},
+		{"azure://Acct/cont/", `account "Acct" has invalid character 'A' (want lowercase letters and digits)`},
+		{"azure://my-acct/cont/", `account "my-acct" has invalid character '-'`},
+		{"azure://acct:10000/cont/", `account "acct:10000" has a port`},
+		{"azure://acct/co/", `container "co" is 2 characters long; want 3 to 63`},
+		{"azure://acct/" + strings.Repeat("c", 64) + "/", "is 64 characters long; want 3 to 63"},
+		{"azure://acct/Cont/", `container "Cont" has invalid character 'C'`},
+		{"azure://acct/my.cont/", `container "my.cont" has invalid character '.'`},
+		{"azure://acct/my_cont/", `container "my_cont" has invalid character '_'`},
+		{"azure://acct/-cont/", `container "-cont" must begin and end with a letter or digit`},
+		{"azure://acct/cont-/", `container "cont-" must begin and end with a letter or digit`},
+		{"azure://acct/co--nt/", `container "co--nt" has consecutive hyphens`},
+		{"azure://acct/cont/prefix", `prefix "prefix" does not end in "/"`},
+		{"azure://acct/cont//", `prefix "" has an empty, "." or ".." segment`},
+		{"azure://acct/cont/a/../", `empty, "." or ".." segment`},
+		{"azure://acct/cont/a:b/", `prefix "a:b" has invalid character ':'`},
+		{"azure://acct/cont/?region=westeurope", `"region" is for s3 stores; an azure account has its location`},
+		{"azure://acct/cont/?sas=x", `query parameter "sas" is unknown (want endpoint or insecure)`},
+		{"azure://acct/cont/?insecure=true", "insecure=true needs an endpoint"},
+		{"azure://acct/cont/?endpoint=http://127.0.0.1:10000", `endpoint "http://127.0.0.1:10000"`},
+		{"azure://key@acct/cont/", "has user information"},
 		{"gs://", "has no bucket (want gs://bucket/)"},
 		{"gs://bucket/?region=us", `"region" is for s3 stores`},
 		{"gs://bucket/?x=1", `query parameter "x" is unknown (want endpoint or insecure)`},
@@ -94,6 +128,10 @@ func TestValidateURLErrors(t *testing.T) {
 // TestCanonicalURL checks that a store's URL is canonical and opens the
 // same store.
 func TestCanonicalURL(t *testing.T) {
+	// An insecure Azure endpoint takes a shared key (any will do: opening
+	// makes no request).
+	t.Setenv("AZURE_STORAGE_KEY", "a2V5")
+	t.Setenv("AZURE_STORAGE_SAS_TOKEN", "")
 	dir := t.TempDir()
 	for _, tc := range []struct{ in, want string }{
 		{"file://" + dir + "/", "file://" + dir + "/"},
@@ -104,8 +142,13 @@ func TestCanonicalURL(t *testing.T) {
 		{"s3://bucket/?insecure=false", "s3://bucket/"},
 		{"s3://bucket/?insecure=1", "s3://bucket/?insecure=true"},
 		{"s3://bucket/?endpoint=[::1]:9000", "s3://bucket/?endpoint=[::1]:9000"},
+		{"azure://acct/cont", "azure://acct/cont/"},
+		{"azure://acct/cont/a/b/", "azure://acct/cont/a/b/"},
+		{"azure://acct/cont/p/?insecure=1&endpoint=127.0.0.1:10000", "azure://acct/cont/p/?endpoint=127.0.0.1:10000&insecure=true"},
+		{"azure://acct/cont/?insecure=false", "azure://acct/cont/"},
 	} {
-		// Opening an S3 store makes no request, so these need no server.
+		// Opening an S3 or Azure store makes no request, so these need no
+		// server.
 		s, err := Open(context.Background(), tc.in)
 		if err != nil {
 			t.Errorf("Open(%q): %v", tc.in, err)

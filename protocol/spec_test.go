@@ -66,7 +66,7 @@ func TestJournalSpecValidate(t *testing.T) {
 		{"codec unknown", func(s *JournalSpec) { s.Fragment.Codec = 99 }, "fragment.codec: 99 is not a known codec"},
 		{"codec unspecified", func(s *JournalSpec) { s.Fragment.Codec = Codec_CODEC_UNSPECIFIED }, ""},
 		{"no stores", func(s *JournalSpec) { s.Fragment.Stores = nil }, ""},
-		{"bad store", func(s *JournalSpec) { s.Fragment.Stores[0] = "ftp://x" }, `fragment.stores[0]: store URL "ftp://x": scheme "ftp" is not file, s3 or gs`},
+		{"bad store", func(s *JournalSpec) { s.Fragment.Stores[0] = "ftp://x" }, `fragment.stores[0]: store URL "ftp://x": scheme "ftp" is not file, s3, gs or azure`},
 		{"repeated store", func(s *JournalSpec) { s.Fragment.Stores[1] = s.Fragment.Stores[0] }, `fragment.stores[1]: "file:///var/quire/" repeats fragment.stores[0]`},
 		{"too many stores", func(s *JournalSpec) {
 			s.Fragment.Stores = nil

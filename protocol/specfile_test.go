@@ -112,7 +112,7 @@ func TestParseSpecFileErrors(t *testing.T) {
 		{"journals: [{name: a, replication: 1, fragment: {refreshInterval: 10ms}}]", "fragment.refreshInterval: 10ms is shorter than 1s"},
 		{"journals: [{name: a, replication: 1, fragment: {fsync: yes}}]", `fragment.fsync: "yes" is not true or false`},
 		{"journals: [{name: a, replication: 1, fragment: {stores: file:///x/}}]", "fragment.stores: want a list"},
-		{"journals: [{name: a, replication: 1, fragment: {stores: [ftp://x]}}]", `journals[0] (a): fragment.stores[0]: store URL "ftp://x": scheme "ftp" is not file, s3 or gs`},
+		{"journals: [{name: a, replication: 1, fragment: {stores: [ftp://x]}}]", `journals[0] (a): fragment.stores[0]: store URL "ftp://x": scheme "ftp" is not file, s3, gs or azure`},
 		{"journals: [{name: a, replication: 1, fragment: {stores: [[x]]}}]", "fragment.stores[0]: want a single value"},
 		{"journals: [{name: a, replication: 1, fragment: 5}]", "fragment: want a mapping"},
 		{"journals: [{name: a, replication: 1, access: admin}]", `access: "admin" is not an access (want read-write, read-only or write-only)`},

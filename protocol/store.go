@@ -14,6 +14,8 @@ const MaxStoreURLLength = storeurl.MaxLen
 //	file:///abs/path/                      a directory: a clean absolute path ending in "/"
 //	s3://bucket/                           an S3 bucket,
 //	s3://bucket/prefix/?region=us-east-1   optionally beneath a prefix ending in "/"
+//	gs://bucket/prefix/                    a Google Cloud Storage bucket
+//	azure://account/container/prefix/      an Azure Blob Storage container
 //
 // An s3 URL's query parameters are all optional, each given at most once:
 // endpoint (the host[:port] of an S3-compatible service, without a

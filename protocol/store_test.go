@@ -16,7 +16,7 @@ func TestValidateStoreURL(t *testing.T) {
 		{"s3://bucket/?endpoint=minio", ""},
 		{"", "store URL is empty"},
 		{"file:///" + strings.Repeat("a", MaxStoreURLLength) + "/", "bytes long; the maximum is 2048"},
-		{"ftp://x", `"ftp://x": scheme "ftp" is not file, s3 or gs`},
+		{"ftp://x", `"ftp://x": scheme "ftp" is not file, s3, gs or azure`},
 		{"/var/quire/", "no scheme"},
 		{"file:var/quire/", "not of the form file://"},
 		{"file://host/var/", `has host "host"`},

@@ -91,7 +91,7 @@ fail over when its lease expires.`,
 	fl.StringVar(&f.listen, "listen", env.Or("QUIRE_LISTEN", "127.0.0.1:7700"), "host:port to serve gRPC on (env QUIRE_LISTEN)")
 	fl.StringVar(&f.advertise, "advertise", "", "host:port that other brokers and clients reach this broker at (default: --listen, or HOSTNAME:PORT if it listens on all interfaces)")
 	fl.StringVar(&f.dir, "dir", os.Getenv("QUIRE_DIR"), "directory of the broker's spools (env QUIRE_DIR)")
-	fl.StringVar(&f.store, "store", os.Getenv("QUIRE_STORE"), "fragment store of journals that name none: file:///DIR/, s3://BUCKET/PREFIX/?endpoint=HOST:PORT or gs://BUCKET/PREFIX/ (env QUIRE_STORE)")
+	fl.StringVar(&f.store, "store", os.Getenv("QUIRE_STORE"), "fragment store of journals that name none: file:///DIR/, s3://BUCKET/PREFIX/?endpoint=HOST:PORT, gs://BUCKET/PREFIX/ or azure://ACCOUNT/CONTAINER/PREFIX/ (env QUIRE_STORE)")
 	fl.IntVar(&f.limit, "limit", 1024, "most journals the broker serves")
 	fl.DurationVar(&f.lease, "lease", 10*time.Second, "how long the broker's keys outlive it if it dies")
 	fl.DurationVar(&f.drain, "drain-timeout", 20*time.Second, "how long a drain waits for other brokers to take the broker's journals; then those left fail over at once (0: wait as long as it takes)")

@@ -1,6 +1,7 @@
 // Package storeurl parses fragment store URLs: file:///abs/path/,
-// s3://bucket/prefix/?endpoint=host:port&region=REGION&insecure=true and
-// gs://bucket/prefix/?endpoint=host:port&insecure=true. It
+// s3://bucket/prefix/?endpoint=host:port&region=REGION&insecure=true,
+// gs://bucket/prefix/?endpoint=host:port&insecure=true and
+// azure://account/container/prefix/?endpoint=host:port&insecure=true. It
 // is the one definition of a valid store URL, shared by the fragment
 // stores that open them and the journal specs that name them, and it
 // depends on nothing but the standard library.
@@ -19,12 +20,13 @@ import (
 
 // URL is a parsed store URL.
 type URL struct {
-	Scheme string // "file", "s3" or "gs"
+	Scheme string // "file", "s3", "gs" or "azure"
 	// file
 	Root string // absolute, clean directory
-	// s3 and gs
+	// s3, gs and azure (whose Bucket is the container)
+	Account          string // azure only: the storage account
 	Bucket, Prefix   string // prefix is "" or ends with "/"
-	Endpoint, Region string // gs: no region
+	Endpoint, Region string // gs, azure: no region
 	Insecure         bool
 }
 
@@ -45,6 +47,9 @@ func (u URL) String() string {
 		q = append(q, "region="+u.Region)
 	}
 	s := u.Scheme + "://" + u.Bucket + "/" + u.Prefix
+	if u.Scheme == "azure" {
+		s = "azure://" + u.Account + "/" + u.Bucket + "/" + u.Prefix
+	}
 	if len(q) > 0 {
 		s += "?" + strings.Join(q, "&")
 	}
@@ -71,9 +76,9 @@ func Parse(rawURL string) (URL, error) {
 	}
 	switch {
 	case u.Scheme == "":
-		return bad("has no scheme (want file://, s3:// or gs://)")
-	case u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "gs":
-		return bad("scheme %q is not file, s3 or gs", u.Scheme)
+		return bad("has no scheme (want file://, s3://, gs:// or azure://)")
+	case u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "gs" && u.Scheme != "azure":
+		return bad("scheme %q is not file, s3, gs or azure", u.Scheme)
 	case u.Opaque != "":
 		return bad("is not of the form %s://…", u.Scheme)
 	case u.User != nil:
@@ -85,8 +90,11 @@ func Parse(rawURL string) (URL, error) {
 	case u.RawPath != "":
 		return bad("path %q has characters that need escaping", u.Path)
 	}
-	if u.Scheme == "file" {
+	switch u.Scheme {
+	case "file":
 		return parseFileURL(u, bad)
+	case "azure":
+		return parseAzureURL(u, bad)
 	}
 	return parseBucketURL(u, bad)
 }
@@ -132,6 +140,41 @@ func parseBucketURL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, err
 			return bad("%v", err)
 		}
 	}
+	return parseQuery(u, su, bad)
+}
+
+// parseAzureURL parses azure://account/container/prefix/?query: the
+// account is the host, the container the first segment of the path.
+func parseAzureURL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, error) {
+	if u.Port() != "" || strings.HasSuffix(u.Host, ":") {
+		return bad("account %q has a port (give endpoint=host:port instead)", u.Host)
+	}
+	su := URL{Scheme: "azure", Account: u.Host}
+	if err := validateAccount(su.Account); err != nil {
+		return bad("%v", err)
+	}
+	container, prefix, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+	if err := validateContainer(container); err != nil {
+		return bad("%v", err)
+	}
+	su.Bucket = container
+	if prefix != "" {
+		if !strings.HasSuffix(prefix, "/") {
+			return bad("prefix %q does not end in \"/\"", prefix)
+		}
+		if err := validatePrefix(strings.TrimSuffix(prefix, "/")); err != nil {
+			return bad("%v", err)
+		}
+		su.Prefix = prefix
+	}
+	return parseQuery(u, su, bad)
+}
+
+// parseQuery parses the query of an s3, gs or azure URL into su.
+func parseQuery(u *url.URL, su URL, bad func(string, ...any) (URL, error)) (URL, error) {
+	// Only s3 has regions: a gs bucket and an azure account have a
+	// location of their own.
+	hasRegion := su.Scheme == "s3"
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		return bad("query %q: %v", u.RawQuery, err)
@@ -148,8 +191,12 @@ func parseBucketURL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, err
 			}
 			su.Endpoint = val
 		case "region":
-			if su.Scheme == "gs" {
-				return bad("query parameter \"region\" is for s3 stores; a gs bucket has its location")
+			if !hasRegion {
+				owner := "a gs bucket"
+				if su.Scheme == "azure" {
+					owner = "an azure account"
+				}
+				return bad("query parameter \"region\" is for s3 stores; %s has its location", owner)
 			}
 			if val == "" || strings.ContainsFunc(val, func(r rune) bool {
 				return !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-')
@@ -164,14 +211,14 @@ func parseBucketURL(u *url.URL, bad func(string, ...any) (URL, error)) (URL, err
 			}
 			su.Insecure = b
 		default:
-			if su.Scheme == "gs" {
+			if !hasRegion {
 				return bad("query parameter %q is unknown (want endpoint or insecure)", key)
 			}
 			return bad("query parameter %q is unknown (want endpoint, region or insecure)", key)
 		}
 	}
-	if su.Scheme == "gs" && su.Insecure && su.Endpoint == "" {
-		// Cloud Storage itself speaks only https: plain http is for an
+	if !hasRegion && su.Insecure && su.Endpoint == "" {
+		// Cloud Storage and Azure speak only https: plain http is for an
 		// emulator, which must be named.
 		return bad("insecure=true needs an endpoint (an emulator's host:port)")
 	}
@@ -197,6 +244,49 @@ func validateBucket(scheme, b string) error {
 		if !alnum && (i == 0 || i == len(b)-1) {
 			return fmt.Errorf("bucket %q must begin and end with a letter or digit", b)
 		}
+	}
+	return nil
+}
+
+// validateAccount checks an Azure storage account's name: 3 to 24
+// lowercase letters and digits.
+func validateAccount(a string) error {
+	if a == "" {
+		return errors.New("has no account (want azure://account/container/)")
+	}
+	if len(a) < 3 || len(a) > 24 {
+		return fmt.Errorf("account %q is %d characters long; want 3 to 24", a, len(a))
+	}
+	for i := 0; i < len(a); i++ {
+		if c := a[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return fmt.Errorf("account %q has invalid character %q (want lowercase letters and digits)", a, c)
+		}
+	}
+	return nil
+}
+
+// validateContainer checks an Azure container's name: 3 to 63 lowercase
+// letters, digits and single hyphens, beginning and ending with a letter
+// or digit.
+func validateContainer(c string) error {
+	if c == "" {
+		return errors.New("has no container (want azure://account/container/)")
+	}
+	if len(c) < 3 || len(c) > 63 {
+		return fmt.Errorf("container %q is %d characters long; want 3 to 63", c, len(c))
+	}
+	for i := 0; i < len(c); i++ {
+		b := c[i]
+		alnum := 'a' <= b && b <= 'z' || '0' <= b && b <= '9'
+		if !alnum && b != '-' {
+			return fmt.Errorf("container %q has invalid character %q (want lowercase letters, digits and \"-\")", c, b)
+		}
+	}
+	switch {
+	case c[0] == '-' || c[len(c)-1] == '-':
+		return fmt.Errorf("container %q must begin and end with a letter or digit", c)
+	case strings.Contains(c, "--"):
+		return fmt.Errorf("container %q has consecutive hyphens", c)
 	}
 	return nil
 }
