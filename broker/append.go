@@ -275,7 +275,7 @@ func (r *replica) checkAppend(first *protocol.AppendRequest) *protocol.AppendRes
 		sel, err := labels.ParseSelector(first.CheckRegisters)
 		if err != nil || !sel.Matches(r.registers) {
 			return &protocol.AppendResponse{Status: protocol.Status_REGISTER_MISMATCH,
-				Registers: protocol.ProtoLabels(r.registers)}
+				Registers: answered(r.registers)}
 		}
 	}
 	return nil
@@ -367,7 +367,7 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 	return &protocol.AppendResponse{
 		Status:    protocol.Status_OK,
 		Commit:    &protocol.Fragment{Journal: r.journal, Begin: begin, End: s.End()},
-		Registers: protocol.ProtoLabels(registers),
+		Registers: answered(registers),
 	}, nil
 }
 
@@ -382,10 +382,12 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 // replica to the greatest end, so it stays in the journal, whole.)
 func (r *replica) commit(p *pipeline, registers labels.Set) error {
 	s := r.spool()
-	req := &protocol.ReplicateRequest{Proposal: fragmentOf(s, true),
-		Registers: protocol.ProtoLabels(registers), Acknowledge: true}
 	resolve := r.proposing()
-	err := r.propose(p, req)
+	var err error
+	if len(p.peers) != 0 { // At replication 1, no proposal to build.
+		err = r.propose(p, &protocol.ReplicateRequest{Proposal: fragmentOf(s, true),
+			Registers: protocol.ProtoLabels(registers), Acknowledge: true})
+	}
 	if err == nil {
 		err = s.Commit(registers.String())
 	}

@@ -1,8 +1,8 @@
 package broker
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/quire-dev/quire/labels"
@@ -30,12 +30,36 @@ type lastAppend struct {
 	begin, end int64
 }
 
-func (a lastAppend) value() string { return fmt.Sprintf("%d@%d-%d", a.seq, a.begin, a.end) }
+func (a lastAppend) value() string {
+	b := make([]byte, 0, 3*20+2)
+	b = strconv.AppendUint(b, a.seq, 10)
+	b = append(b, '@')
+	b = strconv.AppendInt(b, a.begin, 10)
+	b = append(b, '-')
+	return string(strconv.AppendInt(b, a.end, 10))
+}
 
+// parseLastAppend parses v, a register's value, as value() writes it, and
+// nothing else: every commit of an identified append parses registers, so
+// this is written out rather than left to fmt.Sscanf, which cost a fifth
+// of a broker's CPU under 16 writers.
 func parseLastAppend(v string) (lastAppend, bool) {
-	var a lastAppend
-	n, err := fmt.Sscanf(v, "%d@%d-%d", &a.seq, &a.begin, &a.end)
-	return a, err == nil && n == 3 && a.value() == v
+	seq, rest, ok1 := strings.Cut(v, "@")
+	begin, end, ok2 := strings.Cut(rest, "-")
+	n, ok3 := decimal(seq, 64)
+	b, ok4 := decimal(begin, 63)
+	e, ok5 := decimal(end, 63)
+	return lastAppend{seq: n, begin: int64(b), end: int64(e)}, ok1 && ok2 && ok3 && ok4 && ok5
+}
+
+// decimal parses s, a canonical unsigned decimal (digits only, no leading
+// zero), of at most bits bits.
+func decimal(s string, bits int) (uint64, bool) {
+	if s == "" || len(s) > 1 && s[0] == '0' || strings.ContainsFunc(s, func(r rune) bool { return r < '0' || r > '9' }) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, bits)
+	return n, err == nil
 }
 
 // checkWriter answers an append whose writer committed it already with
@@ -52,7 +76,7 @@ func (r *replica) checkWriter(first *protocol.AppendRequest) *protocol.AppendRes
 	appendsDeduplicated.Inc()
 	return &protocol.AppendResponse{Status: protocol.Status_OK, AlreadyCommitted: true,
 		Commit:    &protocol.Fragment{Journal: r.journal, Begin: last.begin, End: last.end},
-		Registers: protocol.ProtoLabels(r.registers)}
+		Registers: answered(r.registers)}
 }
 
 // lastAppendOf is writer's committed append of the greatest sequence
@@ -81,15 +105,14 @@ func withWriter(registers labels.Set, writer string, a lastAppend) labels.Set {
 		name string
 		end  int64
 	}
-	var writers []entry
-	for _, l := range registers {
-		if strings.HasPrefix(l.Name, protocol.WriterRegisterPrefix) {
-			w, _ := parseLastAppend(l.Value) // One that does not parse goes first.
-			writers = append(writers, entry{l.Name, w.end})
-		}
-	}
-	if len(writers) <= MaxWriters {
+	named := registers.Prefixed(protocol.WriterRegisterPrefix)
+	if len(named) <= MaxWriters {
 		return registers
+	}
+	writers := make([]entry, 0, len(named))
+	for _, l := range named {
+		w, _ := parseLastAppend(l.Value) // One that does not parse goes first.
+		writers = append(writers, entry{l.Name, w.end})
 	}
 	slices.SortFunc(writers, func(a, b entry) int { return int(min(max(a.end-b.end, -1), 1)) })
 	var drop labels.Set
@@ -98,4 +121,25 @@ func withWriter(registers labels.Set, writer string, a lastAppend) labels.Set {
 	}
 	slices.SortFunc(drop, func(a, b labels.Label) int { return strings.Compare(a.Name, b.Name) })
 	return registers.Subtract(drop)
+}
+
+// answered is what an append's answer carries of registers: all but the
+// writers', which are the brokers' own record. A writer knows its own, and
+// the others' made an answer to a 100-byte append of a journal with 16
+// writers about 900 bytes, which the client decoded (a tenth of its CPU).
+func answered(registers labels.Set) []*protocol.Label {
+	named := registers.Prefixed(protocol.WriterRegisterPrefix)
+	if len(named) == 0 {
+		return protocol.ProtoLabels(registers)
+	}
+	if len(named) == len(registers) {
+		return nil
+	}
+	out := make([]*protocol.Label, 0, len(registers)-len(named))
+	for _, l := range registers {
+		if !strings.HasPrefix(l.Name, protocol.WriterRegisterPrefix) {
+			out = append(out, &protocol.Label{Name: l.Name, Value: l.Value})
+		}
+	}
+	return out
 }

@@ -85,6 +85,11 @@ func TestRetriedAppendCommitsOnce(t *testing.T) {
 		again.Commit.Begin != first.Commit.Begin || again.Commit.End != first.Commit.End {
 		t.Fatalf("retry: %v, want OK, already committed at [%d, %d)", again, first.Commit.Begin, first.Commit.End)
 	}
+	for _, resp := range []*protocol.AppendResponse{first, again} {
+		if len(resp.Registers) != 0 {
+			t.Errorf("an answer carries registers %v; the writers' are the brokers' own, and there are no others", resp.Registers)
+		}
+	}
 	second := appendAs(t, primary, journal, "w1", 2, "two\n")
 	if second.AlreadyCommitted || second.Commit.Begin != first.Commit.End {
 		t.Fatalf("second append: %v", second)
@@ -102,4 +107,47 @@ func TestRetriedAppendCommitsOnce(t *testing.T) {
 	if got, want := string(c.readAll(other, journal)), "one\ntwo\nother\nthree\n"; got != want {
 		t.Errorf("journal holds %q, want %q: each append once", got, want)
 	}
+}
+
+func TestParseLastAppend(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want lastAppend
+		ok   bool
+	}{
+		{"1@0-100", lastAppend{1, 0, 100}, true},
+		{"18446744073709551615@9223372036854775806-9223372036854775807", lastAppend{1<<64 - 1, 1<<63 - 2, 1<<63 - 1}, true},
+		{"0@0-0", lastAppend{}, true},
+		{"", lastAppend{}, false},
+		{"1@2", lastAppend{}, false},
+		{"1-2@3", lastAppend{}, false},
+		{"+1@2-3", lastAppend{}, false},
+		{"01@2-3", lastAppend{}, false},
+		{"1@-2-3", lastAppend{}, false},
+		{"1@2-3 ", lastAppend{}, false},
+		{"1@2-9223372036854775808", lastAppend{}, false}, // Past int64.
+		{"18446744073709551616@2-3", lastAppend{}, false},
+	} {
+		got, ok := parseLastAppend(tc.v)
+		if ok != tc.ok || ok && got != tc.want {
+			t.Errorf("parseLastAppend(%q) = %+v, %v; want %+v, %v", tc.v, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// Registers come from peers and recovered spools: any value parses
+// without panicking, and what parses is what value() writes.
+func FuzzParseLastAppend(f *testing.F) {
+	for _, v := range []string{"1@0-100", "0@0-0", "01@2-3", "1@-2-3", "+1@2-3", "1@2-9223372036854775808"} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		a, ok := parseLastAppend(v)
+		if ok && a.value() != v {
+			t.Errorf("parseLastAppend(%q) = %+v, which writes as %q", v, a, a.value())
+		}
+		if ok && (a.begin < 0 || a.end < 0) {
+			t.Errorf("parseLastAppend(%q) = %+v: a negative offset", v, a)
+		}
+	})
 }

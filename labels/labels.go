@@ -267,6 +267,17 @@ func (s Set) Value(name string) (string, bool) {
 	return s[lo].Value, true
 }
 
+// Prefixed returns the labels of s whose names begin with prefix: a
+// part of s, which they share.
+func (s Set) Prefixed(prefix string) Set {
+	lo, _ := slices.BinarySearchFunc(s, prefix, func(l Label, p string) int { return strings.Compare(l.Name, p) })
+	hi := lo
+	for hi < len(s) && strings.HasPrefix(s[hi].Name, prefix) {
+		hi++
+	}
+	return s[lo:hi:hi]
+}
+
 // Has reports whether s has a label named name, whatever its value.
 func (s Set) Has(name string) bool {
 	lo, hi := s.span(name)

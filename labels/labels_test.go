@@ -232,6 +232,31 @@ func TestSetLookups(t *testing.T) {
 	}
 }
 
+func TestPrefixed(t *testing.T) {
+	s := set(t, "a", "1", "w/x", "2", "w/y", "3", "w/y", "4", "wz", "5", "x", "6")
+	for _, tc := range []struct {
+		prefix string
+		want   Set
+	}{
+		{"w/", Set{{"w/x", "2"}, {"w/y", "3"}, {"w/y", "4"}}},
+		{"w", Set{{"w/x", "2"}, {"w/y", "3"}, {"w/y", "4"}, {"wz", "5"}}},
+		{"", s},
+		{"b", Set{}},
+		{"zz", Set{}},
+	} {
+		got := s.Prefixed(tc.prefix)
+		if !reflect.DeepEqual(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
+			t.Errorf("Prefixed(%q) = %v, want %v", tc.prefix, got, tc.want)
+		}
+		if len(got) > 0 {
+			_ = append(got, Label{"zzz", ""}) // Must not write over s.
+		}
+	}
+	if !reflect.DeepEqual(s, set(t, "a", "1", "w/x", "2", "w/y", "3", "w/y", "4", "wz", "5", "x", "6")) {
+		t.Errorf("appending to a part of s changed s: %v", s)
+	}
+}
+
 func TestUnion(t *testing.T) {
 	for _, tc := range []struct{ a, b, want string }{
 		{"", "", ""},

@@ -964,7 +964,9 @@ type AppendResponse struct {
 	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
 	// The committed range of the append: [commit.begin, commit.end).
 	Commit *Fragment `protobuf:"bytes,3,opt,name=commit,proto3" json:"commit,omitempty"`
-	// The journal's registers after the append.
+	// The journal's registers after the append, but for the writers'
+	// (named quire.writer/WRITER), which are the brokers' record of
+	// appends that commit once.
 	Registers []*Label `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
 	// The append (its writer and sequence) had committed already, at
 	// commit: this attempt appended nothing.
