@@ -130,6 +130,9 @@ func (r *replica) append(ctx context.Context, stream protocol.Journal_AppendServ
 	if err := r.awaitReady(ctx); err != nil {
 		return nil, err
 	}
+	if spec, _, _ := r.view(); isWhole(first, spec) {
+		return r.appendWhole(ctx, first)
+	}
 	if err := r.acquireAt(ctx, first.Offset); err != nil {
 		return nil, err
 	}
@@ -362,6 +365,7 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 	if err := r.commit(p, registers); err != nil {
 		return nil, err
 	}
+	appendCommits.Inc()
 	appendsCommitted.Inc()
 	bytesAppended.Add(float64(s.End() - begin))
 	return &protocol.AppendResponse{

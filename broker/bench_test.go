@@ -81,7 +81,7 @@ func benchAppend(b *testing.B, replication, size, writers int, edit func(*protoc
 			var mine []time.Duration
 			for range next {
 				t0 := time.Now()
-				resp, err := appendOnce(context.Background(), primary, &protocol.AppendRequest{Journal: journal}, data)
+				resp, err := appendMessage(context.Background(), primary, &protocol.AppendRequest{Journal: journal, Content: data, Commit: true})
 				if err != nil || resp.Status != protocol.Status_OK {
 					b.Errorf("append: %v %v", resp, err)
 					return
@@ -165,4 +165,17 @@ func BenchmarkAppendLarge(b *testing.B) {
 			b.Fatalf("append: %v %v", resp, err)
 		}
 	}
+}
+
+// appendMessage appends as the Go client does content that fits in one
+// message: a single message that commits.
+func appendMessage(ctx context.Context, b *testBroker, req *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+	stream, err := protocol.NewJournalClient(b.conn).Append(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(req); err != nil {
+		return stream.CloseAndRecv()
+	}
+	return stream.CloseAndRecv()
 }

@@ -9,6 +9,9 @@ var (
 	appendsCommitted = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_appends_total", Help: "Appends committed by this broker as primary.",
 	})
+	appendCommits = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_broker_append_commits_total", Help: "Commits of appends by this broker as primary: whole appends that wait for the journal commit together, so appends per commit grows with concurrent writers.",
+	})
 	appendsDeduplicated = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_appends_deduplicated_total", Help: "Retried appends that their writer had committed already: answered with their committed range, appending nothing.",
 	})

@@ -77,6 +77,9 @@ type replica struct {
 	kick chan struct{}
 
 	token chan struct{}
+	// wholes are whole appends waiting for the token, to commit together
+	// (see batch.go). Guarded by mu.
+	wholes []*whole
 	// Guarded by token:
 	registers labels.Set
 	// registersKnown: registers are the journal's, as of this replica's

@@ -73,10 +73,15 @@ func (r *replica) checkWriter(first *protocol.AppendRequest) *protocol.AppendRes
 	if !ok || first.Sequence != last.seq {
 		return nil
 	}
+	return committedAlready(r.journal, last, r.registers)
+}
+
+// committedAlready answers a retry of append last, which committed.
+func committedAlready(journal string, last lastAppend, registers labels.Set) *protocol.AppendResponse {
 	appendsDeduplicated.Inc()
 	return &protocol.AppendResponse{Status: protocol.Status_OK, AlreadyCommitted: true,
-		Commit:    &protocol.Fragment{Journal: r.journal, Begin: last.begin, End: last.end},
-		Registers: answered(r.registers)}
+		Commit:    &protocol.Fragment{Journal: journal, Begin: last.begin, End: last.end},
+		Registers: answered(registers)}
 }
 
 // lastAppendOf is writer's committed append of the greatest sequence

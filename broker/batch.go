@@ -1,0 +1,199 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// Whole appends commit together. An append whose first message holds all
+// its content (and so commits) needs nothing more from its client: while
+// another append holds the journal's token, it waits in the replica's
+// queue, and whichever append takes the token next writes every queued
+// one and commits them at once: one commit record, one proposal and one
+// round trip to the peers for many appends, rather than one each. Each is
+// answered with its own range. Appends with conditions (an offset, a
+// registers check, registers to change) or a rate limit go one by one.
+//
+// The queue is guarded by replica.mu. An append taken from it is answered
+// by the one that took it, after the commit (and the fsync, if the journal
+// asks for one), or with the error that failed them all.
+
+// whole is an append waiting in a replica's queue.
+type whole struct {
+	first *protocol.AppendRequest
+	taken bool // By the token's holder; guarded by replica.mu.
+	done  chan struct{}
+	resp  *protocol.AppendResponse
+	err   error
+}
+
+// isWhole tells whether the append that began with first may commit
+// together with others.
+func isWhole(first *protocol.AppendRequest, spec *protocol.JournalSpec) bool {
+	return first.Commit && len(first.Content) != 0 && first.Offset == nil && first.CheckRegisters == "" &&
+		len(first.UnionRegisters) == 0 && len(first.SubtractRegisters) == 0 && spec.GetMaxAppendRate() <= 0
+}
+
+// appendWhole queues a whole append, and either is answered by the
+// append that takes it, or takes the token and commits the queue itself.
+func (r *replica) appendWhole(ctx context.Context, first *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+	w := &whole{first: first, done: make(chan struct{})}
+	r.mu.Lock()
+	r.wholes = append(r.wholes, w)
+	r.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-r.token:
+		if batch := r.takeWholes(); len(batch) != 0 {
+			r.appendWholes(batch) // Releases the token.
+		} else {
+			r.release()
+		}
+		<-w.done // Taken by this batch, or by one that holds it now.
+	case <-ctx.Done():
+		if r.dropWhole(w) {
+			return nil, ctx.Err()
+		}
+		<-w.done // Taken: it commits, as an append in progress does.
+	}
+	return w.resp, w.err
+}
+
+// takeWholes empties the queue; the caller holds the token.
+func (r *replica) takeWholes() []*whole {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	batch := r.wholes
+	r.wholes = nil
+	for _, w := range batch {
+		w.taken = true
+	}
+	return batch
+}
+
+// dropWhole removes w from the queue, unless it was taken.
+func (r *replica) dropWhole(w *whole) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.taken {
+		return false
+	}
+	for i, q := range r.wholes {
+		if q == w {
+			r.wholes = append(r.wholes[:i:i], r.wholes[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
+// appendWholes appends batch with one commit, releases the token, and
+// answers each append of it.
+func (r *replica) appendWholes(batch []*whole) {
+	spec, _, _ := r.view()
+	appended, err := r.appendWholesLocked(batch, spec)
+	if err == nil && appended && spec.GetFragment().GetFsync() {
+		// Flushed after the token is released, so that the appends
+		// queued meanwhile share the next flush (group commit).
+		r.release()
+		err = r.syncer.Sync(r.syncCurrent)
+		answerWholes(batch, err)
+		return
+	}
+	// Answered first: the batch's appends then leave rather than wake
+	// for the token only to find their append taken.
+	answerWholes(batch, err)
+	r.release()
+}
+
+// answerWholes answers each append of batch: with err, if not nil.
+func answerWholes(batch []*whole, err error) {
+	for _, w := range batch {
+		if err != nil {
+			w.resp, w.err = nil, err
+		}
+		close(w.done)
+	}
+}
+
+// appendWholesLocked writes the batch's appends and commits them, setting
+// each one's answer; the caller holds the token. It tells whether any
+// content was appended.
+func (r *replica) appendWholesLocked(batch []*whole, spec *protocol.JournalSpec) (bool, error) {
+	if spec.GetAccess() == protocol.Access_READ_ONLY {
+		for _, w := range batch {
+			w.resp = &protocol.AppendResponse{Status: protocol.Status_NOT_ALLOWED}
+		}
+		return false, nil
+	}
+	if spec.Suspended() {
+		return false, errSuspended
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	p, err := r.pipelineWithRetry(ctx)
+	if err != nil {
+		return false, err
+	}
+	if shouldRoll(spec, r.spool(), time.Now()) {
+		if err := r.rollPipeline(p, r.spool().End()); err != nil {
+			r.dropPipeline()
+			return false, err
+		}
+	}
+	r.touch()
+	appended, err := r.writeWholes(p, batch)
+	if err != nil {
+		r.spool().Rollback()
+		r.dropPipeline()
+	}
+	return appended, err
+}
+
+// writeWholes writes each append of batch down the pipeline, then commits
+// them all. A retry whose first attempt committed (before, or earlier in
+// the batch) is answered with that attempt's range.
+func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
+	s := r.spool()
+	registers := r.registers
+	var appended []*whole
+	for _, w := range batch {
+		if last, ok := lastAppendOf(registers, w.first.Writer); ok && w.first.Sequence == last.seq {
+			w.resp = committedAlready(r.journal, last, registers)
+			continue
+		}
+		begin, delta := s.Pending(), s.Pending()-s.End()
+		if err := spoolWriteHook(r); err != nil {
+			return false, err
+		}
+		if _, err := s.Write(w.first.Content); err != nil {
+			return false, err
+		}
+		if err := p.send(&protocol.ReplicateRequest{Content: w.first.Content, ContentDelta: delta}); err != nil {
+			return false, err
+		}
+		w.resp = &protocol.AppendResponse{Status: protocol.Status_OK,
+			Commit: &protocol.Fragment{Journal: r.journal, Begin: begin, End: s.Pending()}}
+		if w.first.Writer != "" {
+			registers = withWriter(registers, w.first.Writer, lastAppend{w.first.Sequence, begin, s.Pending()})
+		}
+		appended = append(appended, w)
+	}
+	if len(appended) == 0 {
+		return false, nil
+	}
+	begin := s.End()
+	if err := r.commit(p, registers); err != nil {
+		return false, err
+	}
+	appendCommits.Inc()
+	appendsCommitted.Add(float64(len(appended)))
+	bytesAppended.Add(float64(s.End() - begin))
+	answer := answered(registers)
+	for _, w := range appended {
+		w.resp.Registers = answer
+	}
+	return true, nil
+}

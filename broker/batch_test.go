@@ -1,0 +1,102 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// Whole appends that wait for the token commit together, each answered
+// with its own range; a retry queued behind its first attempt is answered
+// with that attempt's range; and an append whose client leaves while it
+// waits is not appended.
+func TestWholeAppendsCommitTogether(t *testing.T) {
+	for _, replication := range []int{1, 3} {
+		t.Run(map[int]string{1: "r1", 3: "r3"}[replication], func(t *testing.T) {
+			c := newCluster(t)
+			var b *testBroker
+			for _, name := range []string{"b1", "b2", "b3"}[:replication] {
+				b = c.start(name, "")
+			}
+			const journal = "batch/j"
+			c.journal(b, journal, int32(replication))
+			c.appendRetry(b, journal, []byte("warm\n"))
+			route := c.awaitRoute(b, journal, replication)
+			primary := c.brokers[route.Members[0].Suffix]
+			_, _, r := primary.srv.resolver.resolve(journal)
+
+			// Hold the token, as an append in progress does, while appends queue.
+			if err := r.acquire(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			reqs := []*protocol.AppendRequest{
+				{Journal: journal, Writer: "w1", Sequence: 1, Content: []byte("one\n"), Commit: true},
+				{Journal: journal, Writer: "w2", Sequence: 7, Content: []byte("two\n"), Commit: true},
+				{Journal: journal, Writer: "w3", Sequence: 1, Content: []byte("gone\n"), Commit: true},
+				{Journal: journal, Writer: "w1", Sequence: 1, Content: []byte("one\n"), Commit: true}, // A retry.
+			}
+			resps := make([]*protocol.AppendResponse, len(reqs))
+			errs := make([]error, len(reqs))
+			leave, left := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for i, req := range reqs {
+				ctx := context.Background()
+				if i == 2 {
+					ctx = leave
+				}
+				wg.Go(func() { resps[i], errs[i] = appendMessage(ctx, primary, req) })
+				awaitQueued(t, r, i+1)
+			}
+			commits := testutil.ToFloat64(appendCommits)
+			left()
+			awaitQueued(t, r, len(reqs)-1)
+			r.release()
+			wg.Wait()
+
+			for i, want := range []struct {
+				begin, end int64
+				again      bool
+			}{{5, 9, false}, {9, 13, false}, {}, {5, 9, true}} {
+				if i == 2 {
+					if errs[i] == nil {
+						t.Errorf("append %d, whose client left: %v, want an error", i, resps[i])
+					}
+					continue
+				}
+				resp := resps[i]
+				if errs[i] != nil || resp.Status != protocol.Status_OK || resp.Commit.Begin != want.begin || resp.Commit.End != want.end || resp.AlreadyCommitted != want.again {
+					t.Errorf("append %d: %v %v; want OK at [%d, %d), already committed %v", i, resp, errs[i], want.begin, want.end, want.again)
+				}
+			}
+			if got := testutil.ToFloat64(appendCommits) - commits; got != 1 {
+				t.Errorf("the queued appends made %v commits, want 1", got)
+			}
+			if got, want := string(c.readAll(primary, journal)), "warm\none\ntwo\n"; got != want {
+				t.Errorf("journal holds %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// awaitQueued waits until n whole appends wait in r's queue.
+func awaitQueued(t *testing.T, r *replica, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.Lock()
+		queued := len(r.wholes)
+		r.mu.Unlock()
+		if queued == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d appends queued, want %d", queued, n)
+		}
+		time.Sleep(time.Millisecond) // Polling the queue.
+	}
+}
