@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/quire-dev/quire/protocol"
@@ -152,39 +153,37 @@ func (r *replica) appendWholesLocked(batch []*whole, spec *protocol.JournalSpec)
 	return appended, err
 }
 
-// writeWholes writes each append of batch down the pipeline, then commits
-// them all. A retry whose first attempt committed (before, or earlier in
-// the batch) is answered with that attempt's range.
+// writeWholes writes the appends of batch down the pipeline, then
+// commits them all. A retry whose first attempt committed (before, or
+// earlier in the batch) is answered with that attempt's range.
 func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
 	s := r.spool()
 	registers := r.registers
 	var appended []*whole
+	var contents [][]byte
+	end := s.Pending()
 	for _, w := range batch {
 		if last, ok := lastAppendOf(registers, w.first.Writer); ok && w.first.Sequence == last.seq {
 			w.resp = committedAlready(r.journal, last, registers)
 			continue
 		}
-		begin, delta := s.Pending(), s.Pending()-s.End()
-		if err := spoolWriteHook(r); err != nil {
-			return false, err
-		}
-		if _, err := s.Write(w.first.Content); err != nil {
-			return false, err
-		}
-		if err := p.send(&protocol.ReplicateRequest{Content: w.first.Content, ContentDelta: delta}); err != nil {
-			return false, err
-		}
+		begin := end
+		end += int64(len(w.first.Content))
 		w.resp = &protocol.AppendResponse{Status: protocol.Status_OK,
-			Commit: &protocol.Fragment{Journal: r.journal, Begin: begin, End: s.Pending()}}
+			Commit: &protocol.Fragment{Journal: r.journal, Begin: begin, End: end}}
 		if w.first.Writer != "" {
-			registers = withWriter(registers, w.first.Writer, lastAppend{w.first.Sequence, begin, s.Pending()})
+			registers = withWriter(registers, w.first.Writer, lastAppend{w.first.Sequence, begin, end})
 		}
 		appended = append(appended, w)
+		contents = append(contents, w.first.Content)
 	}
 	if len(appended) == 0 {
 		return false, nil
 	}
 	begin := s.End()
+	if err := r.writeRuns(p, contents); err != nil {
+		return false, err
+	}
 	if err := r.commit(p, registers); err != nil {
 		return false, err
 	}
@@ -196,4 +195,39 @@ func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
 		w.resp.Registers = answer
 	}
 	return true, nil
+}
+
+// wholeRun bounds the content that the primary writes to its spool and
+// sends its peers at once: the contents of appends that commit together
+// are joined up to it, so that many small appends cost one write and one
+// message to each peer.
+const wholeRun = 256 << 10
+
+// writeRuns writes contents, in order, to the spool and down the
+// pipeline, joined in runs of at most wholeRun bytes (or one content).
+func (r *replica) writeRuns(p *pipeline, contents [][]byte) error {
+	s := r.spool()
+	for len(contents) > 0 {
+		n, size := 1, len(contents[0])
+		for n < len(contents) && size+len(contents[n]) <= wholeRun {
+			size += len(contents[n])
+			n++
+		}
+		run := contents[0]
+		if n > 1 {
+			run = slices.Concat(contents[:n]...)
+		}
+		contents = contents[n:]
+		delta := s.Pending() - s.End()
+		if err := spoolWriteHook(r); err != nil {
+			return err
+		}
+		if _, err := s.Write(run); err != nil {
+			return err
+		}
+		if err := p.send(&protocol.ReplicateRequest{Content: run, ContentDelta: delta}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
@@ -98,5 +99,45 @@ func awaitQueued(t *testing.T, r *replica, n int) {
 			t.Fatalf("%d appends queued, want %d", queued, n)
 		}
 		time.Sleep(time.Millisecond) // Polling the queue.
+	}
+}
+
+// Appends that commit together are written and sent to peers in runs of
+// at most wholeRun bytes, or one append's content if it is larger; every
+// replica holds them in order.
+func TestWholeAppendsInRuns(t *testing.T) {
+	c := newCluster(t)
+	for _, name := range []string{"b1", "b2", "b3"} {
+		c.start(name, "")
+	}
+	const journal = "batch/runs"
+	c.journal(c.brokers["b1"], journal, 3)
+	route := c.awaitRoute(c.brokers["b1"], journal, 3)
+	c.appendRetry(c.brokers["b1"], journal, []byte("warm\n"))
+	primary := c.brokers[route.Members[0].Suffix]
+	_, _, r := primary.srv.resolver.resolve(journal)
+
+	if err := r.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []byte("warm\n")
+	var wg sync.WaitGroup
+	for i, size := range []int{100 << 10, 100 << 10, 100 << 10, 10, wholeRun + 1, 20} {
+		content := bytes.Repeat([]byte{'a' + byte(i)}, size)
+		want = append(want, content...)
+		wg.Go(func() {
+			resp, err := appendMessage(context.Background(), primary, &protocol.AppendRequest{Journal: journal, Content: content, Commit: true})
+			if err != nil || resp.Status != protocol.Status_OK {
+				t.Errorf("append %d: %v %v", i, resp, err)
+			}
+		})
+		awaitQueued(t, r, i+1)
+	}
+	r.release()
+	wg.Wait()
+	for _, b := range c.brokers {
+		if got := c.readAll(b, journal); !bytes.Equal(got, want) {
+			t.Errorf("read through %s: %d bytes, want the %d appended in order", b.name, len(got), len(want))
+		}
 	}
 }
