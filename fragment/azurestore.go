@@ -345,13 +345,7 @@ func (s *azureStore) Open(ctx context.Context, f Fragment) (io.ReadCloser, error
 }
 
 func (s *azureStore) Remove(ctx context.Context, f Fragment) error {
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("removing from %s: %w", s.url, err)
-	}
-	if err := s.removeObject(ctx, f.Name()); err != nil {
-		return fmt.Errorf("removing %s from %s: %w", f.Name(), s.url, err)
-	}
-	return nil
+	return removeWith(ctx, s.url, f, s.removeObject)
 }
 
 // SignURL returns a URL of f's blob with a read-only SAS valid for ttl,

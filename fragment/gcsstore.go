@@ -155,13 +155,7 @@ func (s *gcsStore) Open(ctx context.Context, f Fragment) (io.ReadCloser, error) 
 }
 
 func (s *gcsStore) Remove(ctx context.Context, f Fragment) error {
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("removing from %s: %w", s.url, err)
-	}
-	if err := s.removeObject(ctx, f.Name()); err != nil {
-		return fmt.Errorf("removing %s from %s: %w", f.Name(), s.url, err)
-	}
-	return nil
+	return removeWith(ctx, s.url, f, s.removeObject)
 }
 
 // SignURL returns a V4-signed GET URL of f's object, valid for ttl, which

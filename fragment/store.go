@@ -129,6 +129,19 @@ func ValidateURL(rawURL string) error {
 	return err
 }
 
+// removeWith removes f from the store at storeURL with remove, which
+// removes an object by its name under the store's prefix, a missing one
+// being no error.
+func removeWith(ctx context.Context, storeURL string, f Fragment, remove func(context.Context, string) error) error {
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("removing from %s: %w", storeURL, err)
+	}
+	if err := remove(ctx, f.Name()); err != nil {
+		return fmt.Errorf("removing %s from %s: %w", f.Name(), storeURL, err)
+	}
+	return nil
+}
+
 // writeCompressed reads f.Len() bytes of content, compresses them with
 // f.Codec into dst, and verifies them against f.Sum. It returns an error
 // if content is shorter or does not match.
