@@ -178,19 +178,35 @@ func (r *replica) appendLocked(ctx context.Context, stream protocol.Journal_Appe
 	if resp := r.checkAppend(first); resp != nil {
 		return resp, nil
 	}
-	if shouldRoll(spec, r.spool(), time.Now()) {
-		if err := r.rollPipeline(p, r.spool().End()); err != nil {
-			r.dropPipeline()
-			return nil, err
-		}
+	if err := r.rollIfDue(p, spec); err != nil {
+		return nil, err
 	}
 	r.touch()
 	resp, err := r.appendContent(stream, p, first, spec)
 	if err != nil {
-		r.spool().Rollback()
-		r.dropPipeline()
+		r.discardPending()
 	}
 	return resp, err
+}
+
+// rollIfDue rolls every replica to a new spool if the current one is due
+// to roll (see shouldRoll); the caller holds the token.
+func (r *replica) rollIfDue(p *pipeline, spec *protocol.JournalSpec) error {
+	if !shouldRoll(spec, r.spool(), time.Now()) {
+		return nil
+	}
+	if err := r.rollPipeline(p, r.spool().End()); err != nil {
+		r.dropPipeline()
+		return err
+	}
+	return nil
+}
+
+// discardPending rolls back content of an append that failed, and drops
+// the pipeline, whose peers may hold it; the caller holds the token.
+func (r *replica) discardPending() {
+	r.spool().Rollback()
+	r.dropPipeline()
 }
 
 // syncCurrent flushes the current spool. Spools that rolled were flushed as

@@ -138,17 +138,13 @@ func (r *replica) appendWholesLocked(batch []*whole, spec *protocol.JournalSpec)
 	if err != nil {
 		return false, err
 	}
-	if shouldRoll(spec, r.spool(), time.Now()) {
-		if err := r.rollPipeline(p, r.spool().End()); err != nil {
-			r.dropPipeline()
-			return false, err
-		}
+	if err := r.rollIfDue(p, spec); err != nil {
+		return false, err
 	}
 	r.touch()
 	appended, err := r.writeWholes(p, batch)
 	if err != nil {
-		r.spool().Rollback()
-		r.dropPipeline()
+		r.discardPending()
 	}
 	return appended, err
 }
