@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -32,7 +34,8 @@ type batch struct {
 	txnCmps  []clientv3.Cmp
 	txnOps   []clientv3.Op
 	txnStats roundStats
-	seen     map[string]bool
+	seen     map[cmpID]bool
+	ids      []cmpID // of the group's compares, by index
 
 	// Transactions ready to commit, in order.
 	txns []pendingTxn
@@ -57,9 +60,12 @@ func (b *batch) reset() {
 	b.txnCmps = append([]clientv3.Cmp(nil), b.common...)
 	b.txnOps = nil
 	b.txnStats = roundStats{}
-	b.seen = make(map[string]bool)
+	if b.seen == nil {
+		b.seen = make(map[cmpID]bool)
+	}
+	clear(b.seen)
 	for _, c := range b.common {
-		b.seen[cmpKey(c)] = true
+		b.seen[idOf(c)] = true
 	}
 }
 
@@ -76,16 +82,20 @@ func (b *batch) Checkpoint(st roundStats) error {
 	if len(b.ops) == 0 {
 		return nil
 	}
-	if fresh := b.newCmps(); len(b.txnCmps)+len(fresh) > b.max || len(b.txnOps)+len(b.ops) > b.max {
+	b.ids = b.ids[:0]
+	for _, c := range b.cmps {
+		b.ids = append(b.ids, idOf(c))
+	}
+	if fresh := b.fresh(); len(b.txnCmps)+fresh > b.max || len(b.txnOps)+len(b.ops) > b.max {
 		if len(b.txnOps) == 0 {
 			return fmt.Errorf("a group of %d compares and %d operations exceeds the %d allowed in one etcd transaction (raise --max-txn-ops)",
-				len(b.common)+len(fresh), len(b.ops), b.max)
+				len(b.common)+fresh, len(b.ops), b.max)
 		}
 		b.flush()
 	}
-	for _, c := range b.cmps {
-		if k := cmpKey(c); !b.seen[k] {
-			b.seen[k] = true
+	for i, c := range b.cmps {
+		if id := b.ids[i]; !b.seen[id] {
+			b.seen[id] = true
 			b.txnCmps = append(b.txnCmps, c)
 		}
 	}
@@ -94,17 +104,16 @@ func (b *batch) Checkpoint(st roundStats) error {
 	return nil
 }
 
-// newCmps are the group's compares not yet in the current transaction.
-func (b *batch) newCmps() []clientv3.Cmp {
-	var out []clientv3.Cmp
-	seen := make(map[string]bool)
-	for _, c := range b.cmps {
-		if k := cmpKey(c); !b.seen[k] && !seen[k] {
-			seen[k] = true
-			out = append(out, c)
+// fresh counts the group's distinct compares not yet in the current
+// transaction. A group holds a few compares, so a scan finds repeats.
+func (b *batch) fresh() int {
+	n := 0
+	for i, id := range b.ids {
+		if !b.seen[id] && !slices.Contains(b.ids[:i], id) {
+			n++
 		}
 	}
-	return out
+	return n
 }
 
 func (b *batch) flush() {
@@ -166,9 +175,27 @@ func (b *batch) Commit(ctx context.Context, parallel int) (commitResult, error) 
 // Txns is the number of transactions built so far.
 func (b *batch) Txns() int { return len(b.txns) }
 
-// cmpKey identifies a compare: its key, target, operator and operand.
-func cmpKey(c clientv3.Cmp) string {
+// cmpID identifies a compare: two compares of the same ID check the same
+// thing, so a transaction carries one of them.
+type cmpID struct {
+	key, rangeEnd, value string
+	target               etcdserverpb.Compare_CompareTarget
+	result               etcdserverpb.Compare_CompareResult
+	operand              int64 // the version, revision or lease compared against
+}
+
+func idOf(c clientv3.Cmp) cmpID {
 	p := c.GetCompare()
-	return fmt.Sprintf("%s\x00%d\x00%d\x00%d\x00%d\x00%d\x00%d\x00%s",
-		p.Key, p.Target, p.Result, p.GetModRevision(), p.GetCreateRevision(), p.GetVersion(), p.GetLease(), p.GetValue())
+	id := cmpID{key: string(p.Key), rangeEnd: string(p.RangeEnd), value: string(p.GetValue()), target: p.Target, result: p.Result}
+	switch p.Target {
+	case etcdserverpb.Compare_VERSION:
+		id.operand = p.GetVersion()
+	case etcdserverpb.Compare_CREATE:
+		id.operand = p.GetCreateRevision()
+	case etcdserverpb.Compare_MOD:
+		id.operand = p.GetModRevision()
+	case etcdserverpb.Compare_LEASE:
+		id.operand = p.GetLease()
+	}
+	return id
 }
