@@ -178,6 +178,13 @@ func (a *Authorizer) Require(ctx context.Context, want Capability, kind, name st
 		return status.Errorf(codes.Unauthenticated, "the server did not authenticate this request to %s %s", kind, name)
 	case p.claims == nil:
 		return nil // Internal, or rollout mode (logged by authenticate).
+	}
+	// The token was valid when its stream began; a stream that carries
+	// many requests (Appends) may outlive it.
+	if err := checkTimes(p.claims); err != nil {
+		return status.Errorf(codes.Unauthenticated, "%s %s: %v", kind, name, err)
+	}
+	switch {
 	case !p.claims.Capability.Has(want):
 		denyPermission(p.claims, want, kind, name, "capability")
 		return status.Errorf(codes.PermissionDenied, "the token of %q lacks %s on %s %s (it holds %s)", p.claims.Subject, want, kind, name, p.claims.Capability)

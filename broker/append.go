@@ -24,52 +24,63 @@ func (s *Server) Append(stream protocol.Journal_AppendServer) error {
 	if err != nil {
 		return err
 	}
+	resp, err := s.appendFrom(stream, first)
+	if err != nil || resp == nil {
+		return err // A nil resp: proxied, and answered by the primary.
+	}
+	return stream.SendAndClose(resp)
+}
+
+// appendFrom runs the append that begins with first, the first message of
+// stream, and returns its answer; or nil, if it proxied the append to the
+// primary, which answered it.
+func (s *Server) appendFrom(stream protocol.Journal_AppendServer, first *protocol.AppendRequest) (*protocol.AppendResponse, error) {
 	if err := first.Validate(); err != nil {
-		return protocol.InvalidArgument(err)
+		return nil, protocol.InvalidArgument(err)
 	}
 	ctx := stream.Context()
 	spec, route, r := s.resolve(ctx, first.Journal, first.Header.GetRevision())
 	if err := s.require(ctx, auth.Append, first.Journal, spec); err != nil {
-		return err
+		return nil, err
 	}
 	hdr := s.header(route)
 	switch {
 	case spec == nil:
-		return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_JOURNAL_NOT_FOUND, Header: hdr})
+		return &protocol.AppendResponse{Status: protocol.Status_JOURNAL_NOT_FOUND, Header: hdr}, nil
 	case spec.Suspended():
-		return s.appendResumes(stream, first.Journal, hdr)
+		return s.appendResumes(ctx, first.Journal, hdr)
 	case len(route.GetMembers()) == 0:
-		return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr})
+		return &protocol.AppendResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr}, nil
 	case r == nil || indexOf(route, s.id) != 0:
 		if first.DoNotProxy {
-			return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NOT_PRIMARY, Header: hdr})
+			return &protocol.AppendResponse{Status: protocol.Status_NOT_PRIMARY, Header: hdr}, nil
 		}
-		return s.proxyAppend(stream, first, route)
+		return nil, s.proxyAppend(stream, first, route)
 	}
 	resp, err := r.append(ctx, stream, first)
 	if errors.Is(err, errSuspended) {
-		return s.appendResumes(stream, first.Journal, hdr)
+		return s.appendResumes(ctx, first.Journal, hdr)
 	}
 	if errors.Is(err, errNotPrimary) {
 		// Nothing was appended: send the writer to the new primary.
 		_, route, _ := r.view()
-		return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NOT_PRIMARY, Header: s.header(route)})
+		return &protocol.AppendResponse{Status: protocol.Status_NOT_PRIMARY, Header: s.header(route)}, nil
 	}
 	if err != nil {
 		appendErrors.Inc()
 		switch {
 		case errors.Is(err, errPipeline):
-			return status.Error(codes.Unavailable, err.Error())
+			return nil, status.Error(codes.Unavailable, err.Error())
 		case errors.Is(err, syscall.ENOSPC):
 			// A full disk is this broker's, and passes: the client
 			// retries (idempotently) until space returns or the
 			// journal's primary moves, rather than fail at once.
-			return status.Errorf(codes.Unavailable, "broker %s: its disk is full: %v", s.id.Suffix, err)
+			return nil, status.Errorf(codes.Unavailable, "broker %s: its disk is full: %v", s.id.Suffix, err)
 		}
-		return err
+		return nil, err
 	}
 	resp.Header = hdr
-	return stream.SendAndClose(resp)
+	return resp, nil
 }
 
 // errSuspended stops an append at a primary that suspended the journal
@@ -78,11 +89,11 @@ var errSuspended = errors.New("the journal is suspended")
 
 // appendResumes resumes a suspended journal for an append, which its
 // client then retries (NO_PRIMARY) once the journal has replicas again.
-func (s *Server) appendResumes(stream protocol.Journal_AppendServer, journal string, hdr *protocol.Header) error {
-	if _, err := s.resume(stream.Context(), journal); err != nil {
-		return err
+func (s *Server) appendResumes(ctx context.Context, journal string, hdr *protocol.Header) (*protocol.AppendResponse, error) {
+	if _, err := s.resume(ctx, journal); err != nil {
+		return nil, err
 	}
-	return stream.SendAndClose(&protocol.AppendResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr})
+	return &protocol.AppendResponse{Status: protocol.Status_NO_PRIMARY, Header: hdr}, nil
 }
 
 // commits tells whether req, a message of the Append stream that began

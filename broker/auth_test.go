@@ -121,6 +121,10 @@ var rpcs = []journalRPC{
 		}
 		return err
 	}},
+	{"Appends", auth.Append, func(ctx context.Context, jc protocol.JournalClient) error {
+		_, err := appendOnStream(ctx, jc, 1)
+		return err
+	}},
 	{"ListFragments", auth.Read, func(ctx context.Context, jc protocol.JournalClient) error {
 		_, err := jc.ListFragments(ctx, &protocol.FragmentsRequest{Journal: "orders/a"})
 		return err
@@ -541,5 +545,46 @@ func TestRolloutCountsAndLogsOpenRequests(t *testing.T) {
 	if n := len(log.Records(t, logtest.Record{"msg": "auth: rollout mode accepted a request without a token",
 		"method": protocol.Journal_Read_FullMethodName})); n != 1 {
 		t.Errorf("%d records of the accepted reads, want 1; the log:\n%s", n, log)
+	}
+}
+
+// appendOnStream opens an Appends stream and makes n appends to orders/a
+// on it, one at a time, until one fails: it returns how many were
+// answered without an error, and that error.
+func appendOnStream(ctx context.Context, jc protocol.JournalClient, n int) (int, error) {
+	s, err := jc.Appends(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer s.CloseSend()
+	for i := range n {
+		if err := s.Send(&protocol.AppendRequest{Journal: "orders/a", Content: []byte("order\n"), Commit: true, Tag: uint64(i)}); err != nil {
+			return i, err
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			return i, err
+		}
+		if resp.ErrorCode != 0 {
+			return i, status.Error(codes.Code(resp.ErrorCode), resp.ErrorMessage)
+		}
+	}
+	return n, nil
+}
+
+// An Appends stream outlives the token it began with; each append checks
+// the token's expiry again, and once it is past, is refused.
+func TestAppendsStreamRefusesAnExpiredToken(t *testing.T) {
+	f := newAuthFleet(t)
+	// Expired, but within the leeway for 3 s more.
+	token := f.key.Token("w", auth.Append, "app=orders", -(auth.Leeway - 3*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := appendOnStream(ctx, conn(t, f.entry, token), 1<<20)
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("after %d appends: %v, want Unauthenticated: the token expired", n, err)
+	}
+	if n == 0 {
+		t.Errorf("the first append was refused; want it taken while the token was valid")
 	}
 }

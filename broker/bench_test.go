@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quire-dev/quire/client"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -51,6 +52,48 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendClient is BenchmarkAppend's 16 writers of small appends,
+// through the Go client, as applications append: its appends of one
+// message share an Appends stream to the primary.
+func BenchmarkAppendClient(b *testing.B) {
+	for _, r := range []int{1, 3} {
+		for _, size := range []int{100, 1 << 10} {
+			b.Run(fmt.Sprintf("r%d/%dB/writers16", r, size), func(b *testing.B) {
+				benchAppendWith(b, r, size, 16, nil, clientAppender)
+			})
+		}
+	}
+}
+
+// clientAppender appends through a Go client of the primary, whose route
+// it learns first.
+func clientAppender(b *testing.B, primary *testBroker, journal string) appendFunc {
+	c, err := client.New(context.Background(), client.Config{Broker: primary.srv.cfg.Endpoint})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if _, err := c.Append(context.Background(), client.AppendRequest{Journal: journal}, bytes.NewReader([]byte("route\n"))); err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context, req *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+		commit, err := c.Append(ctx, client.AppendRequest{Journal: req.Journal}, bytes.NewReader(req.Content))
+		if err != nil {
+			return nil, err
+		}
+		return &protocol.AppendResponse{Status: protocol.Status_OK, Commit: commit}, nil
+	}
+}
+
+// messageAppender appends on an Append stream of its own per append.
+func messageAppender(_ *testing.B, primary *testBroker, _ string) appendFunc {
+	return func(ctx context.Context, req *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+		return appendMessage(ctx, primary, req)
+	}
+}
+
+type appendFunc func(context.Context, *protocol.AppendRequest) (*protocol.AppendResponse, error)
+
 // BenchmarkAppendFsync is BenchmarkAppend at replication 1 with fsync
 // before acknowledging.
 func BenchmarkAppendFsync(b *testing.B) {
@@ -62,7 +105,13 @@ func BenchmarkAppendFsync(b *testing.B) {
 }
 
 func benchAppend(b *testing.B, replication, size, writers int, edit func(*protocol.JournalSpec)) {
+	benchAppendWith(b, replication, size, writers, edit, messageAppender)
+}
+
+func benchAppendWith(b *testing.B, replication, size, writers int, edit func(*protocol.JournalSpec),
+	appender func(*testing.B, *testBroker, string) appendFunc) {
 	_, primary, journal := benchCluster(b, replication, edit)
+	send := appender(b, primary, journal)
 	data := bytes.Repeat([]byte("x"), size-1)
 	data = append(data, '\n')
 	var (
@@ -81,7 +130,7 @@ func benchAppend(b *testing.B, replication, size, writers int, edit func(*protoc
 			var mine []time.Duration
 			for range next {
 				t0 := time.Now()
-				resp, err := appendMessage(context.Background(), primary, &protocol.AppendRequest{Journal: journal, Content: data, Commit: true})
+				resp, err := send(context.Background(), &protocol.AppendRequest{Journal: journal, Content: data, Commit: true})
 				if err != nil || resp.Status != protocol.Status_OK {
 					b.Errorf("append: %v %v", resp, err)
 					return

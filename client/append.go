@@ -101,6 +101,12 @@ func protoLabels(s labels.Set) []*protocol.Label {
 // last append of its latest writers (see broker.MaxWriters): a retry after
 // that many other writers appended to the journal commits again.
 //
+// An append of at most one chunk to a journal whose primary the client
+// knows goes on the client's Appends stream to that broker, shared with
+// its other such appends (appends.go). If ctx ends once it was sent, Append
+// returns ctx's error at once, and the append may yet commit, as any
+// append whose answer a client does not wait for may.
+//
 // Errors wrap ErrJournalNotFound, ErrWrongAppendOffset,
 // ErrRegisterMismatch or ErrNotAllowed when the broker answers so; a nil
 // content appends nothing (but updates registers).
@@ -156,38 +162,47 @@ func (c *Client) append(ctx context.Context, req *AppendRequest, body content) (
 	}
 }
 
-// appendOnce makes one Append RPC to t, streaming body, and returns the
-// response and the length of the content sent.
+// appendOnce makes one attempt of an append to t, and returns the
+// response and the length of the content sent. An append of one message
+// to the primary goes on the client's Appends stream to it (appends.go);
+// any other streams its content on an Append stream of its own.
 func (c *Client) appendOnce(ctx context.Context, t target, first *protocol.AppendRequest,
 	body content) (*protocol.AppendResponse, int64, error) {
 
-	jc, err := c.journal(t.endpoint)
-	if err != nil {
-		return nil, 0, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // Aborts the append if it has not committed.
-
-	stream, err := jc.Append(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
 	// The first message carries the first chunk, and the last one commits:
-	// an append of at most one chunk is a single message.
+	// an append of at most one chunk is a single message. err is that of
+	// reading the chunk after chunk: io.EOF if there is none.
 	msg := proto.CloneOf(first)
 	msg.DoNotProxy = t.doNotProxy
 	chunk, err := body.next(c.cfg.ChunkSize)
+	var next []byte
+	if err == nil {
+		next, err = body.next(c.cfg.ChunkSize)
+	}
+	if err != nil && err != io.EOF {
+		return nil, 0, &contentError{err}
+	}
+	if err == io.EOF && t.doNotProxy {
+		msg.Content, msg.Commit = chunk, true
+		resp, serr := c.appendOne(ctx, t.endpoint, msg)
+		if !errors.Is(serr, errNoAppendsStream) {
+			return resp, int64(len(chunk)), serr
+		}
+	}
+
+	jc, jerr := c.journal(t.endpoint)
+	if jerr != nil {
+		return nil, 0, jerr
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // Aborts the append if it has not committed.
+	stream, serr := jc.Append(ctx)
+	if serr != nil {
+		return nil, 0, serr
+	}
 	var n int64
 	for {
-		if err != nil && err != io.EOF {
-			return nil, n, &contentError{err}
-		}
-		msg.Content = chunk
-		var next []byte
-		if err == nil {
-			next, err = body.next(c.cfg.ChunkSize)
-		}
-		msg.Commit = err == io.EOF
+		msg.Content, msg.Commit = chunk, err == io.EOF
 		if serr := stream.Send(msg); serr != nil {
 			return closeAppend(stream, n, serr)
 		}
@@ -196,6 +211,9 @@ func (c *Client) appendOnce(ctx context.Context, t target, first *protocol.Appen
 			return closeAppend(stream, n, nil)
 		}
 		msg, chunk = &protocol.AppendRequest{}, next
+		if next, err = body.next(c.cfg.ChunkSize); err != nil && err != io.EOF {
+			return nil, n, &contentError{err}
+		}
 	}
 }
 

@@ -120,6 +120,8 @@ type Client struct {
 	sequence atomic.Uint64
 	// direct fetches fragments for direct reads (direct.go).
 	direct *directFetcher
+	// streams carry appends of one message (appends.go).
+	streams *appendStreams
 }
 
 // New returns a Client of the brokers reachable through cfg.Broker. It
@@ -140,6 +142,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		pool:    &pool{opts: opts, conns: make(map[string]*grpc.ClientConn)},
 		writers: newWriters(newWriterName()),
 		direct:  newDirectFetcher(c.HTTPClient),
+		streams: newAppendStreams(),
 	}, nil
 }
 
@@ -177,6 +180,7 @@ func (c *Client) warnUnreachable(op, journal, endpoint string, err error) {
 // Close closes the client's connections. Requests in flight fail.
 func (c *Client) Close() error {
 	c.direct.close()
+	c.streams.close()
 	return c.pool.close()
 }
 

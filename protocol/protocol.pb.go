@@ -845,8 +845,11 @@ type AppendRequest struct {
 	// each of the writer's appends. The journal's registers hold the
 	// greatest sequence number each of its latest writers committed, and
 	// that append's range (see docs/journals.md).
-	Writer        string `protobuf:"bytes,10,opt,name=writer,proto3" json:"writer,omitempty"`
-	Sequence      uint64 `protobuf:"varint,11,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Writer   string `protobuf:"bytes,10,opt,name=writer,proto3" json:"writer,omitempty"`
+	Sequence uint64 `protobuf:"varint,11,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// On an Appends stream, the client's number for this append, which the
+	// broker's answer to it carries.
+	Tag           uint64 `protobuf:"varint,12,opt,name=tag,proto3" json:"tag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -958,6 +961,13 @@ func (x *AppendRequest) GetSequence() uint64 {
 	return 0
 }
 
+func (x *AppendRequest) GetTag() uint64 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
 type AppendResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
@@ -971,8 +981,14 @@ type AppendResponse struct {
 	// The append (its writer and sequence) had committed already, at
 	// commit: this attempt appended nothing.
 	AlreadyCommitted bool `protobuf:"varint,5,opt,name=already_committed,json=alreadyCommitted,proto3" json:"already_committed,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// On an Appends stream: the tag of the append answered, and, if it
+	// failed as an Append call would fail, the gRPC code and message of
+	// that failure (code zero if none).
+	Tag           uint64 `protobuf:"varint,6,opt,name=tag,proto3" json:"tag,omitempty"`
+	ErrorCode     int32  `protobuf:"varint,7,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppendResponse) Reset() {
@@ -1038,6 +1054,27 @@ func (x *AppendResponse) GetAlreadyCommitted() bool {
 		return x.AlreadyCommitted
 	}
 	return false
+}
+
+func (x *AppendResponse) GetTag() uint64 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *AppendResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *AppendResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
 }
 
 // ReplicateRequest flows from a journal's primary to each other replica on
@@ -2689,7 +2726,7 @@ const file_protocol_proto_rawDesc = "" +
 	"\x03sum\x18\x04 \x01(\fR\x03sum\x12+\n" +
 	"\x05codec\x18\x05 \x01(\x0e2\x15.quire.protocol.CodecR\x05codec\x12\x14\n" +
 	"\x05store\x18\x06 \x01(\tR\x05store\x12\x19\n" +
-	"\bmod_time\x18\a \x01(\x03R\amodTime\"\xb8\x03\n" +
+	"\bmod_time\x18\a \x01(\x03R\amodTime\"\xca\x03\n" +
 	"\rAppendRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x12 \n" +
@@ -2703,14 +2740,19 @@ const file_protocol_proto_rawDesc = "" +
 	"\x06commit\x18\t \x01(\bR\x06commit\x12\x16\n" +
 	"\x06writer\x18\n" +
 	" \x01(\tR\x06writer\x12\x1a\n" +
-	"\bsequence\x18\v \x01(\x04R\bsequenceB\t\n" +
-	"\a_offset\"\x84\x02\n" +
+	"\bsequence\x18\v \x01(\x04R\bsequence\x12\x10\n" +
+	"\x03tag\x18\f \x01(\x04R\x03tagB\t\n" +
+	"\a_offset\"\xda\x02\n" +
 	"\x0eAppendResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x120\n" +
 	"\x06commit\x18\x03 \x01(\v2\x18.quire.protocol.FragmentR\x06commit\x123\n" +
 	"\tregisters\x18\x04 \x03(\v2\x15.quire.protocol.LabelR\tregisters\x12+\n" +
-	"\x11already_committed\x18\x05 \x01(\bR\x10alreadyCommitted\"\xcc\x02\n" +
+	"\x11already_committed\x18\x05 \x01(\bR\x10alreadyCommitted\x12\x10\n" +
+	"\x03tag\x18\x06 \x01(\x04R\x03tag\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\a \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"\xcc\x02\n" +
 	"\x10ReplicateRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x124\n" +
@@ -2871,12 +2913,13 @@ const file_protocol_proto_rawDesc = "" +
 	"STORE_READ\x10\x03\x12\x0e\n" +
 	"\n" +
 	"STORE_LIST\x10\x04\x12\x10\n" +
-	"\fSTORE_DELETE\x10\x052\xf2\x04\n" +
+	"\fSTORE_DELETE\x10\x052\xc0\x05\n" +
 	"\aJournal\x12A\n" +
 	"\x04List\x12\x1b.quire.protocol.ListRequest\x1a\x1c.quire.protocol.ListResponse\x12D\n" +
 	"\x05Apply\x12\x1c.quire.protocol.ApplyRequest\x1a\x1d.quire.protocol.ApplyResponse\x12C\n" +
 	"\x04Read\x12\x1b.quire.protocol.ReadRequest\x1a\x1c.quire.protocol.ReadResponse0\x01\x12I\n" +
-	"\x06Append\x12\x1d.quire.protocol.AppendRequest\x1a\x1e.quire.protocol.AppendResponse(\x01\x12T\n" +
+	"\x06Append\x12\x1d.quire.protocol.AppendRequest\x1a\x1e.quire.protocol.AppendResponse(\x01\x12L\n" +
+	"\aAppends\x12\x1d.quire.protocol.AppendRequest\x1a\x1e.quire.protocol.AppendResponse(\x010\x01\x12T\n" +
 	"\tReplicate\x12 .quire.protocol.ReplicateRequest\x1a!.quire.protocol.ReplicateResponse(\x010\x01\x12T\n" +
 	"\rListFragments\x12 .quire.protocol.FragmentsRequest\x1a!.quire.protocol.FragmentsResponse\x12V\n" +
 	"\vStoreHealth\x12\".quire.protocol.StoreHealthRequest\x1a#.quire.protocol.StoreHealthResponse\x12J\n" +
@@ -2998,20 +3041,22 @@ var file_protocol_proto_depIdxs = []int32{
 	19, // 61: quire.protocol.Journal.Apply:input_type -> quire.protocol.ApplyRequest
 	15, // 62: quire.protocol.Journal.Read:input_type -> quire.protocol.ReadRequest
 	11, // 63: quire.protocol.Journal.Append:input_type -> quire.protocol.AppendRequest
-	13, // 64: quire.protocol.Journal.Replicate:input_type -> quire.protocol.ReplicateRequest
-	21, // 65: quire.protocol.Journal.ListFragments:input_type -> quire.protocol.FragmentsRequest
-	23, // 66: quire.protocol.Journal.StoreHealth:input_type -> quire.protocol.StoreHealthRequest
-	25, // 67: quire.protocol.Journal.Suspend:input_type -> quire.protocol.SuspendRequest
-	18, // 68: quire.protocol.Journal.List:output_type -> quire.protocol.ListResponse
-	20, // 69: quire.protocol.Journal.Apply:output_type -> quire.protocol.ApplyResponse
-	16, // 70: quire.protocol.Journal.Read:output_type -> quire.protocol.ReadResponse
-	12, // 71: quire.protocol.Journal.Append:output_type -> quire.protocol.AppendResponse
-	14, // 72: quire.protocol.Journal.Replicate:output_type -> quire.protocol.ReplicateResponse
-	22, // 73: quire.protocol.Journal.ListFragments:output_type -> quire.protocol.FragmentsResponse
-	24, // 74: quire.protocol.Journal.StoreHealth:output_type -> quire.protocol.StoreHealthResponse
-	26, // 75: quire.protocol.Journal.Suspend:output_type -> quire.protocol.SuspendResponse
-	68, // [68:76] is the sub-list for method output_type
-	60, // [60:68] is the sub-list for method input_type
+	11, // 64: quire.protocol.Journal.Appends:input_type -> quire.protocol.AppendRequest
+	13, // 65: quire.protocol.Journal.Replicate:input_type -> quire.protocol.ReplicateRequest
+	21, // 66: quire.protocol.Journal.ListFragments:input_type -> quire.protocol.FragmentsRequest
+	23, // 67: quire.protocol.Journal.StoreHealth:input_type -> quire.protocol.StoreHealthRequest
+	25, // 68: quire.protocol.Journal.Suspend:input_type -> quire.protocol.SuspendRequest
+	18, // 69: quire.protocol.Journal.List:output_type -> quire.protocol.ListResponse
+	20, // 70: quire.protocol.Journal.Apply:output_type -> quire.protocol.ApplyResponse
+	16, // 71: quire.protocol.Journal.Read:output_type -> quire.protocol.ReadResponse
+	12, // 72: quire.protocol.Journal.Append:output_type -> quire.protocol.AppendResponse
+	12, // 73: quire.protocol.Journal.Appends:output_type -> quire.protocol.AppendResponse
+	14, // 74: quire.protocol.Journal.Replicate:output_type -> quire.protocol.ReplicateResponse
+	22, // 75: quire.protocol.Journal.ListFragments:output_type -> quire.protocol.FragmentsResponse
+	24, // 76: quire.protocol.Journal.StoreHealth:output_type -> quire.protocol.StoreHealthResponse
+	26, // 77: quire.protocol.Journal.Suspend:output_type -> quire.protocol.SuspendResponse
+	69, // [69:78] is the sub-list for method output_type
+	60, // [60:69] is the sub-list for method input_type
 	60, // [60:60] is the sub-list for extension type_name
 	60, // [60:60] is the sub-list for extension extendee
 	0,  // [0:60] is the sub-list for field type_name

@@ -27,6 +27,7 @@ const (
 	Journal_Apply_FullMethodName         = "/quire.protocol.Journal/Apply"
 	Journal_Read_FullMethodName          = "/quire.protocol.Journal/Read"
 	Journal_Append_FullMethodName        = "/quire.protocol.Journal/Append"
+	Journal_Appends_FullMethodName       = "/quire.protocol.Journal/Appends"
 	Journal_Replicate_FullMethodName     = "/quire.protocol.Journal/Replicate"
 	Journal_ListFragments_FullMethodName = "/quire.protocol.Journal/ListFragments"
 	Journal_StoreHealth_FullMethodName   = "/quire.protocol.Journal/StoreHealth"
@@ -43,6 +44,16 @@ type JournalClient interface {
 	Apply(ctx context.Context, in *ApplyRequest, opts ...grpc.CallOption) (*ApplyResponse, error)
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error)
 	Append(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[AppendRequest, AppendResponse], error)
+	// Appends carries many appends, each a single message that commits
+	// (content and commit set, at most one chunk) with a tag of the
+	// client's, to journals this broker is the primary of. Each is run as
+	// an Append of that one message would run, with do_not_proxy, and
+	// answered by a response with its tag, as soon as it is done: answers
+	// come in the order appends complete. An append of a stream that breaks
+	// before its answer may have committed (its writer and sequence make
+	// its retry commit once). Small appends so share one stream instead of
+	// setting each up, which costs more than the append itself.
+	Appends(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendRequest, AppendResponse], error)
 	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse], error)
 	ListFragments(ctx context.Context, in *FragmentsRequest, opts ...grpc.CallOption) (*FragmentsResponse, error)
 	// StoreHealth checks, on every broker, the fragment stores of the
@@ -113,9 +124,22 @@ func (c *journalClient) Append(ctx context.Context, opts ...grpc.CallOption) (gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Journal_AppendClient = grpc.ClientStreamingClient[AppendRequest, AppendResponse]
 
+func (c *journalClient) Appends(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendRequest, AppendResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Journal_ServiceDesc.Streams[2], Journal_Appends_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AppendRequest, AppendResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Journal_AppendsClient = grpc.BidiStreamingClient[AppendRequest, AppendResponse]
+
 func (c *journalClient) Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Journal_ServiceDesc.Streams[2], Journal_Replicate_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Journal_ServiceDesc.Streams[3], Journal_Replicate_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +190,16 @@ type JournalServer interface {
 	Apply(context.Context, *ApplyRequest) (*ApplyResponse, error)
 	Read(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error
 	Append(grpc.ClientStreamingServer[AppendRequest, AppendResponse]) error
+	// Appends carries many appends, each a single message that commits
+	// (content and commit set, at most one chunk) with a tag of the
+	// client's, to journals this broker is the primary of. Each is run as
+	// an Append of that one message would run, with do_not_proxy, and
+	// answered by a response with its tag, as soon as it is done: answers
+	// come in the order appends complete. An append of a stream that breaks
+	// before its answer may have committed (its writer and sequence make
+	// its retry commit once). Small appends so share one stream instead of
+	// setting each up, which costs more than the append itself.
+	Appends(grpc.BidiStreamingServer[AppendRequest, AppendResponse]) error
 	Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error
 	ListFragments(context.Context, *FragmentsRequest) (*FragmentsResponse, error)
 	// StoreHealth checks, on every broker, the fragment stores of the
@@ -195,6 +229,9 @@ func (UnimplementedJournalServer) Read(*ReadRequest, grpc.ServerStreamingServer[
 }
 func (UnimplementedJournalServer) Append(grpc.ClientStreamingServer[AppendRequest, AppendResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Append not implemented")
+}
+func (UnimplementedJournalServer) Appends(grpc.BidiStreamingServer[AppendRequest, AppendResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Appends not implemented")
 }
 func (UnimplementedJournalServer) Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Replicate not implemented")
@@ -282,6 +319,13 @@ func _Journal_Append_Handler(srv interface{}, stream grpc.ServerStream) error {
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Journal_AppendServer = grpc.ClientStreamingServer[AppendRequest, AppendResponse]
+
+func _Journal_Appends_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(JournalServer).Appends(&grpc.GenericServerStream[AppendRequest, AppendResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Journal_AppendsServer = grpc.BidiStreamingServer[AppendRequest, AppendResponse]
 
 func _Journal_Replicate_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(JournalServer).Replicate(&grpc.GenericServerStream[ReplicateRequest, ReplicateResponse]{ServerStream: stream})
@@ -381,6 +425,12 @@ var Journal_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Append",
 			Handler:       _Journal_Append_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Appends",
+			Handler:       _Journal_Appends_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 		{

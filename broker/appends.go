@@ -1,0 +1,123 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// An Appends stream holds at most streamBudget bytes of appends in
+// progress, each counted as at least minAppendWeight: so at most
+// streamBudget/minAppendWeight appends at once. Past it, the stream is
+// read no further until an append is answered, and HTTP/2's flow control
+// holds the client back.
+const (
+	streamBudget     = 32 << 20
+	minAppendWeight  = 32 << 10
+	maxStreamAppends = streamBudget / minAppendWeight
+)
+
+// answer is an append's response, and its weight in the stream's budget.
+type answer struct {
+	resp   *protocol.AppendResponse
+	weight int64
+}
+
+// Appends runs the appends of an Appends stream (see protocol.proto): each
+// in a goroutine of its own, as Append would run that one message with
+// do_not_proxy, answering each as it is done. It returns once the client
+// has sent its last append and every append is answered, or the stream
+// breaks (appends in progress then finish unanswered, as those of a broken
+// Append stream do).
+func (s *Server) Appends(stream protocol.Journal_AppendsServer) error {
+	answers := make(chan answer, maxStreamAppends) // Never full: see readAppends.
+	budget := semaphore.NewWeighted(streamBudget)
+	sent := make(chan error, 1)
+	go func() { sent <- sendAnswers(stream, answers, budget) }()
+
+	var wg sync.WaitGroup
+	err := s.readAppends(stream, &wg, budget, answers)
+	wg.Wait()
+	close(answers)
+	if serr := <-sent; err == nil {
+		err = serr
+	}
+	return err
+}
+
+// readAppends starts an append for each message of stream, once the budget
+// allows, until the client closes its side (nil) or the stream fails. An
+// append holds its weight until its answer is sent, so at most
+// maxStreamAppends answers are ever pending.
+func (s *Server) readAppends(stream protocol.Journal_AppendsServer, wg *sync.WaitGroup,
+	budget *semaphore.Weighted, answers chan<- answer) error {
+
+	ctx := stream.Context()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		weight := min(max(int64(len(req.Content)), minAppendWeight), streamBudget)
+		if err := budget.Acquire(ctx, weight); err != nil {
+			return err
+		}
+		wg.Go(func() { answers <- answer{s.appendTagged(ctx, req), weight} })
+	}
+}
+
+// sendAnswers sends each answer as it comes, releasing its weight. Once a
+// send fails it sends no more, but still releases, until answers closes.
+func sendAnswers(stream protocol.Journal_AppendsServer, answers <-chan answer, budget *semaphore.Weighted) error {
+	var err error
+	for a := range answers {
+		if err == nil {
+			err = stream.Send(a.resp)
+		}
+		budget.Release(a.weight)
+	}
+	return err
+}
+
+// appendTagged runs one append of an Appends stream, and answers it: with
+// its response, or with the error an Append stream would have ended with.
+func (s *Server) appendTagged(ctx context.Context, req *protocol.AppendRequest) *protocol.AppendResponse {
+	var resp *protocol.AppendResponse
+	var err error
+	if !req.Commit {
+		err = status.Error(codes.InvalidArgument, "an append of an Appends stream is one message, and commits: commit is not set")
+	} else {
+		req.DoNotProxy = true
+		resp, err = s.appendFrom(single{ctx: ctx}, req)
+	}
+	if err != nil {
+		st, ok := status.FromError(err)
+		if !ok {
+			st = status.FromContextError(err)
+		}
+		resp = &protocol.AppendResponse{ErrorCode: int32(st.Code()), ErrorMessage: st.Message()}
+	}
+	resp.Tag = req.Tag
+	return resp
+}
+
+// single is the stream of an append of one message that commits: the
+// append reads nothing after it, and is never proxied (do_not_proxy), so
+// only its context is used.
+type single struct {
+	protocol.Journal_AppendServer // Nil: not used.
+	ctx                           context.Context
+}
+
+func (s single) Context() context.Context { return s.ctx }
+
+func (single) Recv() (*protocol.AppendRequest, error) { return nil, io.EOF }

@@ -1,0 +1,128 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// An Appends stream carries many appends, each answered under its tag with
+// its own range, at replication 1 and 3: they read back in the order of
+// their ranges, a retry is answered with its first attempt's range, an
+// append to a journal of another primary is sent there (NOT_PRIMARY), and
+// a message that does not commit is refused alone. Closing the stream's
+// sending side ends it once everything is answered.
+func TestAppendsStream(t *testing.T) {
+	for _, replication := range []int{1, 3} {
+		t.Run(fmt.Sprintf("r%d", replication), func(t *testing.T) {
+			c := newCluster(t)
+			var b *testBroker
+			for _, name := range []string{"b1", "b2", "b3"}[:replication] {
+				b = c.start(name, "")
+			}
+			const journal = "appends/j"
+			c.journal(b, journal, int32(replication))
+			c.appendRetry(b, journal, []byte("warm\n"))
+			route := c.awaitRoute(b, journal, replication)
+			primary := c.brokers[route.Members[0].Suffix]
+
+			stream, err := protocol.NewJournalClient(primary.conn).Appends(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 200
+			var reqs []*protocol.AppendRequest
+			for i := range n {
+				reqs = append(reqs, &protocol.AppendRequest{Journal: journal, Writer: fmt.Sprintf("w%d", i%16),
+					Sequence: uint64(i + 1), Content: fmt.Appendf(nil, "append %03d\n", i), Commit: true, Tag: uint64(i + 1)})
+			}
+			last := reqs[n-1] // Its writer's latest append.
+			retry := &protocol.AppendRequest{Journal: journal, Writer: last.Writer, Sequence: last.Sequence, Content: last.Content, Commit: true, Tag: 1000}
+			partial := &protocol.AppendRequest{Journal: journal, Content: []byte("no commit\n"), Tag: 1001}
+			for _, req := range append(reqs, partial) {
+				if err := stream.Send(req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			answers := receiveAll(t, stream, n+1)
+			if err := stream.Send(retry); err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			again := receiveAll(t, stream, 1)[retry.Tag]
+			if _, err := stream.Recv(); err != io.EOF {
+				t.Errorf("after the last answer: %v, want io.EOF", err)
+			}
+
+			if got := answers[partial.Tag]; codes.Code(got.GetErrorCode()) != codes.InvalidArgument {
+				t.Errorf("the append that does not commit was answered %v, want InvalidArgument", got)
+			}
+			type ranged struct {
+				begin int64
+				text  string
+			}
+			var got []ranged
+			for i, req := range reqs {
+				resp := answers[req.Tag]
+				if resp.GetStatus() != protocol.Status_OK || resp.GetErrorCode() != 0 || resp.Commit.End-resp.Commit.Begin != int64(len(req.Content)) {
+					t.Fatalf("append %d answered %v", i, resp)
+				}
+				got = append(got, ranged{resp.Commit.Begin, string(req.Content)})
+			}
+			if first := answers[last.Tag].Commit; !again.GetAlreadyCommitted() || again.Commit.Begin != first.Begin {
+				t.Errorf("the retry of the last append was answered %v; want its first range %v", again, first)
+			}
+			slices.SortFunc(got, func(a, b ranged) int { return int(a.begin - b.begin) })
+			var want strings.Builder
+			want.WriteString("warm\n")
+			for _, r := range got {
+				want.WriteString(r.text)
+			}
+			if read := string(c.readAll(primary, journal)); read != want.String() {
+				t.Errorf("read back %q,\nwant the appends in the order of their ranges: %q", read, want.String())
+			}
+			if replication == 1 {
+				return
+			}
+			other := c.brokers[route.Members[1].Suffix]
+			stream, err = protocol.NewJournalClient(other.conn).Appends(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.Send(&protocol.AppendRequest{Journal: journal, Content: []byte("x\n"), Commit: true, Tag: 7}); err != nil {
+				t.Fatal(err)
+			}
+			resp := receiveAll(t, stream, 1)[7]
+			if resp.Status != protocol.Status_NOT_PRIMARY || resp.Header.GetRoute().GetEndpoints()[0] != route.Endpoints[0] {
+				t.Errorf("an append at a replica that is not primary was answered %v, want NOT_PRIMARY naming %s", resp, route.Endpoints[0])
+			}
+			stream.CloseSend()
+		})
+	}
+}
+
+// receiveAll receives n answers of an Appends stream, by tag.
+func receiveAll(t *testing.T, stream protocol.Journal_AppendsClient, n int) map[uint64]*protocol.AppendResponse {
+	t.Helper()
+	out := make(map[uint64]*protocol.AppendResponse)
+	for len(out) < n {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d answers of %d: %v", len(out), n, err)
+		}
+		if _, dup := out[resp.Tag]; dup {
+			t.Fatalf("tag %d answered twice", resp.Tag)
+		}
+		out[resp.Tag] = resp
+	}
+	return out
+}

@@ -1,0 +1,220 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quire-dev/quire/protocol"
+)
+
+// An append of one message to a journal's primary goes on the client's
+// Appends stream to that broker (see protocol.proto), which carries all of
+// the client's such appends to it at once: setting up a stream of its own
+// costs each side more than a small append does. Appends of more than one
+// message, and those sent through another broker (which proxies them), go
+// on Append streams of their own.
+
+// appendStreams holds the client's Appends streams, one per broker.
+type appendStreams struct {
+	mu     sync.Mutex
+	open   map[string]*appendStream
+	legacy map[string]bool // Brokers that do not serve Appends.
+	closed bool
+	wg     sync.WaitGroup // Each stream's receiver.
+}
+
+func newAppendStreams() *appendStreams {
+	return &appendStreams{open: make(map[string]*appendStream), legacy: make(map[string]bool)}
+}
+
+// appendStream is one Appends stream, and the appends waiting for its
+// answers, by tag. Once broken (err set), it takes no more appends, and
+// those waiting fail with err.
+type appendStream struct {
+	stream protocol.Journal_AppendsClient
+	cancel context.CancelFunc
+	leave  func()     // Removes it from the open streams.
+	sendMu sync.Mutex // Serializes Send.
+
+	mu      sync.Mutex
+	waiting map[uint64]chan appendAnswer
+	next    uint64 // The last tag given.
+	err     error
+}
+
+type appendAnswer struct {
+	resp *protocol.AppendResponse
+	err  error
+}
+
+// errNoAppendsStream tells that a broker does not serve Appends (it
+// predates it): the append goes on an Append stream instead.
+var errNoAppendsStream = errors.New("the broker does not serve Appends streams")
+
+// appendOne appends msg, a whole append that commits, to the broker at
+// endpoint, on the client's Appends stream to it. It returns
+// errNoAppendsStream if the broker does not serve them. An answer with an
+// error code is returned as that gRPC error, as an Append call would fail.
+func (c *Client) appendOne(ctx context.Context, endpoint string, msg *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+	for attempt := 0; ; attempt++ {
+		s, err := c.streams.get(c, endpoint)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := s.append(ctx, msg)
+		if status.Code(err) == codes.Unimplemented {
+			c.streams.markLegacy(endpoint)
+			return nil, errNoAppendsStream
+		}
+		if status.Code(err) == codes.Unauthenticated && attempt == 0 {
+			// The stream's token may have expired since it began: a new
+			// stream carries a fresh one. Once only, as a bad token fails
+			// again.
+			s.fail(err)
+			continue
+		}
+		return resp, err
+	}
+}
+
+// get returns the open stream to endpoint, opening one if there is none;
+// errNoAppendsStream if the broker does not serve them.
+func (ss *appendStreams) get(c *Client, endpoint string) (*appendStream, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	switch {
+	case ss.closed:
+		return nil, ErrClosed
+	case ss.legacy[endpoint]:
+		return nil, errNoAppendsStream
+	}
+	if s, ok := ss.open[endpoint]; ok {
+		return s, nil
+	}
+	jc, err := c.journal(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := jc.Appends(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &appendStream{stream: stream, cancel: cancel, waiting: make(map[uint64]chan appendAnswer)}
+	s.leave = func() {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		if ss.open[endpoint] == s {
+			delete(ss.open, endpoint)
+		}
+	}
+	ss.open[endpoint] = s
+	ss.wg.Go(func() { s.receive() })
+	return s, nil
+}
+
+// receive hands each answer to its append, until the stream breaks.
+func (s *appendStream) receive() {
+	for {
+		resp, err := s.stream.Recv()
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		ch, ok := s.waiting[resp.Tag]
+		delete(s.waiting, resp.Tag)
+		s.mu.Unlock()
+		if ok {
+			ch <- appendAnswer{resp: resp}
+		}
+	}
+}
+
+func (ss *appendStreams) markLegacy(endpoint string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.legacy[endpoint] = true
+}
+
+// close breaks every stream, and waits for their receivers.
+func (ss *appendStreams) close() {
+	ss.mu.Lock()
+	ss.closed = true
+	for _, s := range ss.open {
+		s.cancel()
+	}
+	ss.mu.Unlock()
+	ss.wg.Wait()
+}
+
+// append sends msg under a new tag, and waits for its answer, the stream
+// to break, or ctx. An append whose ctx ends once it was sent may yet
+// commit: its retry, under the same writer and sequence, commits once.
+func (s *appendStream) append(ctx context.Context, msg *protocol.AppendRequest) (*protocol.AppendResponse, error) {
+	ch := make(chan appendAnswer, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return nil, s.err
+	}
+	s.next++
+	tag := s.next
+	s.waiting[tag] = ch
+	s.mu.Unlock()
+
+	msg.Tag = tag
+	s.sendMu.Lock()
+	err := s.stream.Send(msg)
+	s.sendMu.Unlock()
+	if err != nil && !errors.Is(err, io.EOF) {
+		// Not sent (too large, say); the stream goes on.
+		s.forget(tag)
+		return nil, err
+	}
+	// On io.EOF the stream ended, and its receiver learns why.
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return nil, a.err
+		}
+		if code := codes.Code(a.resp.ErrorCode); code != codes.OK {
+			return nil, status.Error(code, a.resp.ErrorMessage)
+		}
+		return a.resp, nil
+	case <-ctx.Done():
+		s.forget(tag)
+		return nil, ctx.Err()
+	}
+}
+
+// forget drops the append of tag from those waiting for an answer.
+func (s *appendStream) forget(tag uint64) {
+	s.mu.Lock()
+	delete(s.waiting, tag)
+	s.mu.Unlock()
+}
+
+// fail breaks s with err (the first error wins), failing the appends
+// waiting for its answers.
+func (s *appendStream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	waiting := s.waiting
+	s.waiting = make(map[uint64]chan appendAnswer)
+	err = s.err
+	s.mu.Unlock()
+	s.leave()
+	s.cancel()
+	for _, ch := range waiting {
+		ch <- appendAnswer{err: err}
+	}
+}

@@ -1,0 +1,142 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/internal/brokertest"
+)
+
+// appendsStreams is a client interceptor that counts the Appends streams
+// opened and, if lose is set, breaks the first of them at its first answer
+// (the answer is lost, as when a connection breaks after the commit).
+type appendsStreams struct {
+	opened atomic.Int32
+	lose   bool
+}
+
+func (a *appendsStreams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || !strings.HasSuffix(method, "/Appends") {
+		return s, err
+	}
+	if a.opened.Add(1) == 1 && a.lose {
+		return answerLost{s}, nil
+	}
+	return s, nil
+}
+
+// Appends of one message from many goroutines go to the primary on one
+// Appends stream, each committed once at its own range.
+func TestConcurrentAppendsShareOneStream(t *testing.T) {
+	c := brokertest.New(t)
+	b := c.Start("b1")
+	c.Journals(c.Client(b), 1, "streams/j")
+	var streams appendsStreams
+	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint,
+		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(streams.intercept)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The first append learns the route: until then, appends may go
+	// through any broker, on Append streams.
+	if _, err := cl.Append(ctx, client.AppendRequest{Journal: "streams/j"}, strings.NewReader("route\n")); err != nil {
+		t.Fatal(err)
+	}
+
+	const writers, each = 16, 50
+	var (
+		mu     sync.Mutex
+		ranges = map[int64]string{0: "route\n"}
+		wg     sync.WaitGroup
+	)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				line := fmt.Sprintf("writer %02d append %02d\n", w, i)
+				commit, err := cl.Append(ctx, client.AppendRequest{Journal: "streams/j"}, strings.NewReader(line))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				ranges[commit.Begin] = line
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if n := streams.opened.Load(); n != 1 {
+		t.Errorf("%d Appends streams opened, want 1", n)
+	}
+	offsets := slices.Sorted(func(yield func(int64) bool) {
+		for o := range ranges {
+			if !yield(o) {
+				return
+			}
+		}
+	})
+	var want strings.Builder
+	for _, o := range offsets {
+		if int64(want.Len()) != o {
+			t.Fatalf("an append at %d, where the ones before end at %d", o, want.Len())
+		}
+		want.WriteString(ranges[o])
+	}
+	got, err := io.ReadAll(cl.NewReader(ctx, client.ReadRequest{Journal: "streams/j"}))
+	if err != nil || string(got) != want.String() {
+		t.Errorf("journal holds %q, %v; want each append once, at its range", got, err)
+	}
+}
+
+// An append on an Appends stream that commits, but whose answer is lost as
+// the stream breaks, is retried and answered with its range, once.
+func TestLostAnswerOnAppendsStreamCommitsOnce(t *testing.T) {
+	c := brokertest.New(t)
+	b := c.Start("b1")
+	c.Journals(c.Client(b), 1, "streams/lost")
+	streams := appendsStreams{lose: true}
+	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint, Backoff: time.Millisecond,
+		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(streams.intercept)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.Append(ctx, client.AppendRequest{Journal: "streams/lost"}, strings.NewReader("route\n")); err != nil {
+		t.Fatal(err)
+	}
+	commit, err := cl.Append(ctx, client.AppendRequest{Journal: "streams/lost"}, strings.NewReader("exactly once\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if commit.Begin != int64(len("route\n")) {
+		t.Errorf("committed at %d, want %d", commit.Begin, len("route\n"))
+	}
+	if n := streams.opened.Load(); n < 1 {
+		t.Fatalf("no Appends stream opened: the append did not go on one")
+	}
+	next, err := cl.Append(ctx, client.AppendRequest{Journal: "streams/lost"}, strings.NewReader("next\n"))
+	if err != nil || next.Begin != commit.End {
+		t.Fatalf("the next append: %v, %v; want it at %d", next, err, commit.End)
+	}
+	got, err := io.ReadAll(cl.NewReader(ctx, client.ReadRequest{Journal: "streams/lost"}))
+	if err != nil || string(got) != "route\nexactly once\nnext\n" {
+		t.Errorf("journal holds %q, %v; want each append once", got, err)
+	}
+}
