@@ -21,15 +21,29 @@ import (
 
 // appendStreams holds the client's Appends streams, one per broker.
 type appendStreams struct {
-	mu     sync.Mutex
-	open   map[string]*appendStream
-	legacy map[string]bool // Brokers that do not serve Appends.
-	closed bool
-	wg     sync.WaitGroup // Each stream's receiver.
+	ctx    context.Context // Of every stream: ends with close.
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	open    map[string]*appendStream
+	opening map[string]*opening
+	legacy  map[string]bool // Brokers that do not serve Appends.
+	closed  bool
+	wg      sync.WaitGroup // Openers and receivers.
+}
+
+// opening is a stream being opened: appends wait for it, each until its
+// own context ends.
+type opening struct {
+	done chan struct{}
+	s    *appendStream
+	err  error
 }
 
 func newAppendStreams() *appendStreams {
-	return &appendStreams{open: make(map[string]*appendStream), legacy: make(map[string]bool)}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &appendStreams{ctx: ctx, cancel: cancel, open: make(map[string]*appendStream),
+		opening: make(map[string]*opening), legacy: make(map[string]bool)}
 }
 
 // appendStream is one Appends stream, and the appends waiting for its
@@ -62,7 +76,7 @@ var errNoAppendsStream = errors.New("the broker does not serve Appends streams")
 // error code is returned as that gRPC error, as an Append call would fail.
 func (c *Client) appendOne(ctx context.Context, endpoint string, msg *protocol.AppendRequest) (*protocol.AppendResponse, error) {
 	for attempt := 0; ; attempt++ {
-		s, err := c.streams.get(c, endpoint)
+		s, err := c.streams.get(ctx, c, endpoint)
 		if err != nil {
 			return nil, err
 		}
@@ -82,29 +96,59 @@ func (c *Client) appendOne(ctx context.Context, endpoint string, msg *protocol.A
 	}
 }
 
-// get returns the open stream to endpoint, opening one if there is none;
-// errNoAppendsStream if the broker does not serve them.
-func (ss *appendStreams) get(c *Client, endpoint string) (*appendStream, error) {
+// get returns the open stream to endpoint, opening one if there is none,
+// or ctx's error if it ends first; errNoAppendsStream if the broker does
+// not serve them. A stream opens on its own goroutine, so that an append
+// waits for a broker's connection no longer than its ctx allows, and
+// appends to other brokers not at all.
+func (ss *appendStreams) get(ctx context.Context, c *Client, endpoint string) (*appendStream, error) {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	switch {
 	case ss.closed:
+		ss.mu.Unlock()
 		return nil, ErrClosed
 	case ss.legacy[endpoint]:
+		ss.mu.Unlock()
 		return nil, errNoAppendsStream
 	}
 	if s, ok := ss.open[endpoint]; ok {
+		ss.mu.Unlock()
 		return s, nil
 	}
-	jc, err := c.journal(endpoint)
-	if err != nil {
-		return nil, err
+	o, ok := ss.opening[endpoint]
+	if !ok {
+		o = &opening{done: make(chan struct{})}
+		ss.opening[endpoint] = o
+		ss.wg.Go(func() { ss.openStream(c, endpoint, o) })
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := jc.Appends(ctx)
+	ss.mu.Unlock()
+	select {
+	case <-o.done:
+		return o.s, o.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// openStream opens a stream to endpoint, and installs it.
+func (ss *appendStreams) openStream(c *Client, endpoint string, o *opening) {
+	defer close(o.done)
+	var stream protocol.Journal_AppendsClient
+	jc, err := c.journal(endpoint)
+	ctx, cancel := context.WithCancel(ss.ctx)
+	if err == nil {
+		stream, err = jc.Appends(ctx)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.opening, endpoint)
+	if err == nil && ss.closed {
+		err = ErrClosed
+	}
 	if err != nil {
 		cancel()
-		return nil, err
+		o.err = err
+		return
 	}
 	s := &appendStream{stream: stream, cancel: cancel, waiting: make(map[uint64]chan appendAnswer)}
 	s.leave = func() {
@@ -115,8 +159,8 @@ func (ss *appendStreams) get(c *Client, endpoint string) (*appendStream, error) 
 		}
 	}
 	ss.open[endpoint] = s
-	ss.wg.Go(func() { s.receive() })
-	return s, nil
+	ss.wg.Go(s.receive)
+	o.s = s
 }
 
 // receive hands each answer to its append, until the stream breaks.
@@ -143,14 +187,12 @@ func (ss *appendStreams) markLegacy(endpoint string) {
 	ss.legacy[endpoint] = true
 }
 
-// close breaks every stream, and waits for their receivers.
+// close breaks every stream, and waits for their openers and receivers.
 func (ss *appendStreams) close() {
 	ss.mu.Lock()
 	ss.closed = true
-	for _, s := range ss.open {
-		s.cancel()
-	}
 	ss.mu.Unlock()
+	ss.cancel()
 	ss.wg.Wait()
 }
 
