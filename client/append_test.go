@@ -314,3 +314,26 @@ func TestNewValidatesConfig(t *testing.T) {
 		t.Fatalf("err = %v, want one naming Broker", err)
 	}
 }
+
+// A broker that predates Appends streams (as this fake does) answers them
+// Unimplemented: the client appends on Append streams there instead, and
+// stops trying Appends with it.
+func TestAppendsFallBackToAppendStreams(t *testing.T) {
+	c := newFakeCluster(t, "a", "b")
+	c.addJournal("j", 0, 1)
+	cl := newTestClient(t, c, 0, "")
+	appendString(t, cl, "j", "one,") // Learns the route.
+	wantCommit(t, appendString(t, cl, "j", "two,"), "j", 4, 8)
+	cl.streams.mu.Lock()
+	legacy := cl.streams.legacy[c.brokers[0].endpoint]
+	cl.streams.mu.Unlock()
+	if !legacy {
+		t.Errorf("the broker without Appends streams is not marked so")
+	}
+	if got := c.brokers[0].direct.Load(); got != 1 {
+		t.Errorf("the primary got %d appends sent to it directly, want 1 (on an Append stream)", got)
+	}
+	if got := len(c.commits("j")); got != 2 {
+		t.Fatalf("%d commits, want 2", got)
+	}
+}
