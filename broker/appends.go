@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -40,7 +41,7 @@ func (s *Server) Appends(stream protocol.Journal_AppendsServer) error {
 	answers := make(chan answer, maxStreamAppends) // Never full: see readAppends.
 	budget := semaphore.NewWeighted(streamBudget)
 	sent := make(chan error, 1)
-	go func() { sent <- sendAnswers(stream, answers, budget) }()
+	go func() { sent <- s.sendAnswers(stream, answers, budget) }()
 
 	var wg sync.WaitGroup
 	err := s.readAppends(stream, &wg, budget, answers)
@@ -77,15 +78,34 @@ func (s *Server) readAppends(stream protocol.Journal_AppendsServer, wg *sync.Wai
 
 // sendAnswers sends each answer as it comes, releasing its weight. Once a
 // send fails it sends no more, but still releases, until answers closes.
-func sendAnswers(stream protocol.Journal_AppendsServer, answers <-chan answer, budget *semaphore.Weighted) error {
+//
+// Once the server stops (its Run ends), it sends the answer of tag 0,
+// which asks the client to send no more on the stream and to close its
+// side: the stream then ends as soon as its appends are answered, rather
+// than hold the gRPC server's graceful stop until its timeout.
+func (s *Server) sendAnswers(stream protocol.Journal_AppendsServer, answers <-chan answer, budget *semaphore.Weighted) error {
 	var err error
-	for a := range answers {
-		if err == nil {
-			err = stream.Send(a.resp)
+	serving, stopped := s.serving, (<-chan struct{})(nil)
+	for {
+		select {
+		case <-serving:
+			serving, stopped = nil, s.ctx.Done() // s.ctx is set before serving closes.
+		case <-stopped:
+			stopped = nil
+			if err == nil {
+				err = stream.Send(&protocol.AppendResponse{Tag: 0, ErrorCode: int32(codes.Unavailable),
+					ErrorMessage: fmt.Sprintf("broker %s is stopping: this stream takes no more appends", s.id.Suffix)})
+			}
+		case a, ok := <-answers:
+			if !ok {
+				return err
+			}
+			if err == nil {
+				err = stream.Send(a.resp)
+			}
+			budget.Release(a.weight)
 		}
-		budget.Release(a.weight)
 	}
-	return err
 }
 
 // appendTagged runs one append of an Appends stream, and answers it: with

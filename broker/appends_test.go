@@ -126,3 +126,36 @@ func receiveAll(t *testing.T, stream protocol.Journal_AppendsClient, n int) map[
 	}
 	return out
 }
+
+// When a broker stops, it asks its Appends streams to end (the answer of
+// tag 0); a client that then closes its side sees the stream end, so that
+// the gRPC server's graceful stop need not wait for the stream.
+func TestAppendsStreamEndsWhenTheBrokerStops(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	const journal = "appends/stop"
+	c.journal(b, journal, 1)
+	c.appendRetry(b, journal, []byte("warm\n"))
+	stream, err := protocol.NewJournalClient(b.conn).Appends(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&protocol.AppendRequest{Journal: journal, Content: []byte("one\n"), Commit: true, Tag: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if resp := receiveAll(t, stream, 1)[1]; resp.Status != protocol.Status_OK {
+		t.Fatalf("append answered %v", resp)
+	}
+	b.stopping.Store(true)
+	b.cancel() // Run ends; the gRPC server still serves.
+	resp, err := stream.Recv()
+	if err != nil || resp.Tag != 0 || codes.Code(resp.ErrorCode) != codes.Unavailable {
+		t.Fatalf("once the broker stopped: %v, %v; want the answer of tag 0, Unavailable", resp, err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Errorf("after the client closed its side: %v, want io.EOF", err)
+	}
+}

@@ -163,13 +163,20 @@ func (ss *appendStreams) openStream(c *Client, endpoint string, o *opening) {
 	o.s = s
 }
 
-// receive hands each answer to its append, until the stream breaks.
+// receive hands each answer to its append, until the stream ends.
 func (s *appendStream) receive() {
 	for {
 		resp, err := s.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			err = status.Error(codes.Unavailable, "the Appends stream ended")
+		}
 		if err != nil {
 			s.fail(err)
 			return
+		}
+		if resp.Tag == 0 {
+			s.retire(status.Error(codes.Code(resp.ErrorCode), resp.ErrorMessage))
+			continue
 		}
 		s.mu.Lock()
 		ch, ok := s.waiting[resp.Tag]
@@ -201,18 +208,20 @@ func (ss *appendStreams) close() {
 // commit: its retry, under the same writer and sequence, commits once.
 func (s *appendStream) append(ctx context.Context, msg *protocol.AppendRequest) (*protocol.AppendResponse, error) {
 	ch := make(chan appendAnswer, 1)
+	// Sent under sendMu, so that once retire has closed the stream's side
+	// (under sendMu, after setting err), no append is sent on it.
+	s.sendMu.Lock()
 	s.mu.Lock()
-	if s.err != nil {
+	if err := s.err; err != nil {
 		s.mu.Unlock()
-		return nil, s.err
+		s.sendMu.Unlock()
+		return nil, err
 	}
 	s.next++
 	tag := s.next
 	s.waiting[tag] = ch
 	s.mu.Unlock()
-
 	msg.Tag = tag
-	s.sendMu.Lock()
 	err := s.stream.Send(msg)
 	s.sendMu.Unlock()
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -241,6 +250,21 @@ func (s *appendStream) forget(tag uint64) {
 	s.mu.Lock()
 	delete(s.waiting, tag)
 	s.mu.Unlock()
+}
+
+// retire stops s taking appends, as the broker asks when it stops (the
+// answer of tag 0): new appends fail with err, and are retried on a new
+// stream, while those sent are answered before the stream ends.
+func (s *appendStream) retire(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.leave()
+	s.sendMu.Lock()
+	s.stream.CloseSend()
+	s.sendMu.Unlock()
 }
 
 // fail breaks s with err (the first error wins), failing the appends
