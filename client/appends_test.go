@@ -37,26 +37,33 @@ func (a *appendsStreams) intercept(ctx context.Context, desc *grpc.StreamDesc, c
 	return s, nil
 }
 
-// Appends of one message from many goroutines go to the primary on one
-// Appends stream, each committed once at its own range.
-func TestConcurrentAppendsShareOneStream(t *testing.T) {
+// routedClient starts a broker serving journal, and returns a client of
+// it through streams' interceptor, which has appended "route\n" to the
+// journal: until a client knows the route, its appends may go through
+// any broker, on Append streams. The context bounds the test.
+func routedClient(t *testing.T, journal string, streams *appendsStreams) (context.Context, *client.Client) {
 	c := brokertest.New(t)
 	b := c.Start("b1")
-	c.Journals(c.Client(b), 1, "streams/j")
-	var streams appendsStreams
-	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint,
+	c.Journals(c.Client(b), 1, journal)
+	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint, Backoff: time.Millisecond,
 		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(streams.intercept)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// The first append learns the route: until then, appends may go
-	// through any broker, on Append streams.
-	if _, err := cl.Append(ctx, client.AppendRequest{Journal: "streams/j"}, strings.NewReader("route\n")); err != nil {
+	t.Cleanup(cancel)
+	if _, err := cl.Append(ctx, client.AppendRequest{Journal: journal}, strings.NewReader("route\n")); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, cl
+}
+
+// Appends of one message from many goroutines go to the primary on one
+// Appends stream, each committed once at its own range.
+func TestConcurrentAppendsShareOneStream(t *testing.T) {
+	var streams appendsStreams
+	ctx, cl := routedClient(t, "streams/j", &streams)
 
 	const writers, each = 16, 50
 	var (
@@ -106,21 +113,8 @@ func TestConcurrentAppendsShareOneStream(t *testing.T) {
 // An append on an Appends stream that commits, but whose answer is lost as
 // the stream breaks, is retried and answered with its range, once.
 func TestLostAnswerOnAppendsStreamCommitsOnce(t *testing.T) {
-	c := brokertest.New(t)
-	b := c.Start("b1")
-	c.Journals(c.Client(b), 1, "streams/lost")
 	streams := appendsStreams{lose: true}
-	cl, err := client.New(context.Background(), client.Config{Broker: b.Endpoint, Backoff: time.Millisecond,
-		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(streams.intercept)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := cl.Append(ctx, client.AppendRequest{Journal: "streams/lost"}, strings.NewReader("route\n")); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cl := routedClient(t, "streams/lost", &streams)
 	commit, err := cl.Append(ctx, client.AppendRequest{Journal: "streams/lost"}, strings.NewReader("exactly once\n"))
 	if err != nil {
 		t.Fatal(err)
