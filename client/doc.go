@@ -62,6 +62,10 @@
 // once; concurrent ones are ordered by offset (AppendRequest.Offset) to be
 // sure. Messages with UUIDs are exactly once regardless.
 //
+// Appends of at most one chunk to a journal whose primary the client knows
+// share the client's one Appends stream to that broker (see
+// protocol.proto); their retries are as above.
+//
 // A Reader whose stream breaks opens another at the offset after the last
 // byte it received, on another replica if the broker is unreachable, so it
 // returns every byte once and in order. Apply is not retried: the caller

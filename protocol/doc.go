@@ -39,6 +39,10 @@
 //     it, commits it and answers with its offsets. An append may be
 //     conditioned on the write head (offset) and on the journal's
 //     registers (a label set that appends update).
+//   - Appends carries many appends of one message each, tagged, to the
+//     primaries of their journals, answering each under its tag as it
+//     completes: clients send small appends so, on one stream per broker,
+//     rather than set up an Append stream for each.
 //   - Replicate is the pipeline from a primary to each other replica:
 //     content, then proposals that commit it.
 //   - ListFragments lists the fragments persisted to a journal's stores.
