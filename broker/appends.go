@@ -54,7 +54,9 @@ func (s *Server) Appends(stream protocol.Journal_AppendsServer) error {
 }
 
 // readAppends starts an append for each message of stream, once the budget
-// allows, until the client closes its side (nil) or the stream fails. An
+// allows, until the client closes its side (nil), sends a message of tag 0
+// (InvalidArgument, after the appends before it are answered) or the
+// stream fails. An
 // append holds its weight until its answer is sent, so at most
 // maxStreamAppends answers are ever pending.
 func (s *Server) readAppends(stream protocol.Journal_AppendsServer, wg *sync.WaitGroup,
@@ -67,6 +69,11 @@ func (s *Server) readAppends(stream protocol.Journal_AppendsServer, wg *sync.Wai
 			return nil
 		} else if err != nil {
 			return err
+		}
+		if req.Tag == 0 {
+			// Tag 0 is the broker's own answer, asking the client to end
+			// the stream: an append under it could not be answered.
+			return status.Errorf(codes.InvalidArgument, "an append of an Appends stream needs a tag other than 0 (journal %q)", req.Journal)
 		}
 		weight := min(max(int64(len(req.Content)), minAppendWeight), streamBudget)
 		if err := budget.Acquire(ctx, weight); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/quire-dev/quire/protocol"
 )
@@ -157,5 +158,33 @@ func TestAppendsStreamEndsWhenTheBrokerStops(t *testing.T) {
 	}
 	if _, err := stream.Recv(); err != io.EOF {
 		t.Errorf("after the client closed its side: %v, want io.EOF", err)
+	}
+}
+
+// Tag 0 is the broker's own answer (see above), so an append sent under it
+// ends the stream, once the appends before it are answered.
+func TestAppendsStreamRefusesTagZero(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	const journal = "appends/zero"
+	c.journal(b, journal, 1)
+	c.appendRetry(b, journal, []byte("warm\n"))
+	stream, err := protocol.NewJournalClient(b.conn).Appends(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []uint64{1, 0} {
+		if err := stream.Send(&protocol.AppendRequest{Journal: journal, Content: []byte("one\n"), Commit: true, Tag: tag}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resp := receiveAll(t, stream, 1)[1]; resp.Status != protocol.Status_OK || resp.ErrorCode != 0 {
+		t.Fatalf("the append of tag 1 was answered %v", resp)
+	}
+	if resp, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("after an append of tag 0: %v, %v; want the stream to end with InvalidArgument", resp, err)
+	}
+	if got := string(c.readAll(b, journal)); got != "warm\none\n" {
+		t.Errorf("read back %q, want only the append of tag 1 after warm", got)
 	}
 }

@@ -558,7 +558,7 @@ func appendOnStream(ctx context.Context, jc protocol.JournalClient, n int) (int,
 	}
 	defer s.CloseSend()
 	for i := range n {
-		if err := s.Send(&protocol.AppendRequest{Journal: "orders/a", Content: []byte("order\n"), Commit: true, Tag: uint64(i)}); err != nil {
+		if err := s.Send(&protocol.AppendRequest{Journal: "orders/a", Content: []byte("order\n"), Commit: true, Tag: uint64(i + 1)}); err != nil {
 			return i, err
 		}
 		resp, err := s.Recv()

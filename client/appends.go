@@ -52,8 +52,8 @@ func newAppendStreams() *appendStreams {
 type appendStream struct {
 	stream protocol.Journal_AppendsClient
 	cancel context.CancelFunc
-	leave  func()     // Removes it from the open streams.
-	sendMu sync.Mutex // Serializes Send.
+	leave  func()        // Removes it from the open streams.
+	send   chan struct{} // Held (one token) to Send: serializes them.
 
 	mu      sync.Mutex
 	waiting map[uint64]chan appendAnswer
@@ -150,7 +150,8 @@ func (ss *appendStreams) openStream(c *Client, endpoint string, o *opening) {
 		o.err = err
 		return
 	}
-	s := &appendStream{stream: stream, cancel: cancel, waiting: make(map[uint64]chan appendAnswer)}
+	s := &appendStream{stream: stream, cancel: cancel, send: make(chan struct{}, 1),
+		waiting: make(map[uint64]chan appendAnswer)}
 	s.leave = func() {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
@@ -165,6 +166,8 @@ func (ss *appendStreams) openStream(c *Client, endpoint string, o *opening) {
 
 // receive hands each answer to its append, until the stream ends.
 func (s *appendStream) receive() {
+	var closing sync.WaitGroup
+	defer closing.Wait() // The stream has failed: a Send in progress ends.
 	for {
 		resp, err := s.stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -176,6 +179,10 @@ func (s *appendStream) receive() {
 		}
 		if resp.Tag == 0 {
 			s.retire(status.Error(codes.Code(resp.ErrorCode), resp.ErrorMessage))
+			// Not on this goroutine: closing the side waits for a Send in
+			// progress, which may wait for the broker to read, which may
+			// wait for answers that this goroutine receives.
+			closing.Go(s.closeSend)
 			continue
 		}
 		s.mu.Lock()
@@ -206,15 +213,23 @@ func (ss *appendStreams) close() {
 // append sends msg under a new tag, and waits for its answer, the stream
 // to break, or ctx. An append whose ctx ends once it was sent may yet
 // commit: its retry, under the same writer and sequence, commits once.
+//
+// While another append's Send is blocked (HTTP/2 flow control holds it
+// once the broker's budget for the stream is full), an append waiting to
+// send leaves when its ctx ends; the one in Send waits for the broker.
 func (s *appendStream) append(ctx context.Context, msg *protocol.AppendRequest) (*protocol.AppendResponse, error) {
 	ch := make(chan appendAnswer, 1)
-	// Sent under sendMu, so that once retire has closed the stream's side
-	// (under sendMu, after setting err), no append is sent on it.
-	s.sendMu.Lock()
+	// Sent holding send, so that once retire has closed the stream's side
+	// (holding send, after setting err), no append is sent on it.
+	select {
+	case s.send <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	s.mu.Lock()
 	if err := s.err; err != nil {
 		s.mu.Unlock()
-		s.sendMu.Unlock()
+		<-s.send
 		return nil, err
 	}
 	s.next++
@@ -223,7 +238,7 @@ func (s *appendStream) append(ctx context.Context, msg *protocol.AppendRequest) 
 	s.mu.Unlock()
 	msg.Tag = tag
 	err := s.stream.Send(msg)
-	s.sendMu.Unlock()
+	<-s.send
 	if err != nil && !errors.Is(err, io.EOF) {
 		// Not sent (too large, say); the stream goes on.
 		s.forget(tag)
@@ -254,7 +269,8 @@ func (s *appendStream) forget(tag uint64) {
 
 // retire stops s taking appends, as the broker asks when it stops (the
 // answer of tag 0): new appends fail with err, and are retried on a new
-// stream, while those sent are answered before the stream ends.
+// stream, while those sent are answered before the stream ends, once
+// closeSend has closed the client's side.
 func (s *appendStream) retire(err error) {
 	s.mu.Lock()
 	if s.err == nil {
@@ -262,9 +278,14 @@ func (s *appendStream) retire(err error) {
 	}
 	s.mu.Unlock()
 	s.leave()
-	s.sendMu.Lock()
+}
+
+// closeSend closes the client's side of a retired stream, once no append
+// is being sent: none is sent after, as s.err is set.
+func (s *appendStream) closeSend() {
+	s.send <- struct{}{}
 	s.stream.CloseSend()
-	s.sendMu.Unlock()
+	<-s.send
 }
 
 // fail breaks s with err (the first error wins), failing the appends

@@ -2,8 +2,10 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -19,10 +21,14 @@ import (
 
 // appendsStreams is a client interceptor that counts the Appends streams
 // opened and, if lose is set, breaks the first of them at its first answer
-// (the answer is lost, as when a connection breaks after the commit).
+// (the answer is lost, as when a connection breaks after the commit). If
+// held is set, the first stream's first Send tells held and waits for
+// release, as a Send that flow control blocks does.
 type appendsStreams struct {
-	opened atomic.Int32
-	lose   bool
+	opened  atomic.Int32
+	lose    bool
+	held    chan struct{}
+	release chan struct{}
 }
 
 func (a *appendsStreams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
@@ -31,10 +37,28 @@ func (a *appendsStreams) intercept(ctx context.Context, desc *grpc.StreamDesc, c
 	if err != nil || !strings.HasSuffix(method, "/Appends") {
 		return s, err
 	}
-	if a.opened.Add(1) == 1 && a.lose {
+	switch first := a.opened.Add(1) == 1; {
+	case first && a.lose:
 		return answerLost{s}, nil
+	case first && a.held != nil:
+		return &sendHeld{ClientStream: s, held: a.held, release: a.release}, nil
 	}
 	return s, nil
+}
+
+// sendHeld holds its first Send until release is closed.
+type sendHeld struct {
+	grpc.ClientStream
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (s *sendHeld) SendMsg(m any) error {
+	s.once.Do(func() {
+		close(s.held)
+		<-s.release
+	})
+	return s.ClientStream.SendMsg(m)
 }
 
 // routedClient starts a broker serving journal, and returns a client of
@@ -132,5 +156,57 @@ func TestLostAnswerOnAppendsStreamCommitsOnce(t *testing.T) {
 	got, err := io.ReadAll(cl.NewReader(ctx, client.ReadRequest{Journal: "streams/lost"}))
 	if err != nil || string(got) != "route\nexactly once\nnext\n" {
 		t.Errorf("journal holds %q, %v; want each append once", got, err)
+	}
+}
+
+// An append waiting to send on the shared stream, behind another whose
+// Send is held (as flow control holds it when the broker is behind),
+// leaves when its context ends; the held one then commits.
+func TestAppendWaitingToSendHonoursItsContext(t *testing.T) {
+	streams := appendsStreams{held: make(chan struct{}), release: make(chan struct{})}
+	ctx, cl := routedClient(t, "held/j", &streams)
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := cl.Append(ctx, client.AppendRequest{Journal: "held/j"}, strings.NewReader("held\n"))
+		first <- err
+	}()
+	<-streams.held
+	waiting, cancel := context.WithCancel(ctx)
+	second := make(chan error, 1)
+	go func() {
+		_, err := cl.Append(waiting, client.AppendRequest{Journal: "held/j"}, strings.NewReader("waiting\n"))
+		second <- err
+	}()
+	awaitGoroutines(ctx, t, "client.(*appendStream).append(", 2) // The second waits to send.
+	cancel()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the append waiting to send, its context cancelled: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the append waiting to send did not return once its context was cancelled")
+	}
+	close(streams.release)
+	if err := <-first; err != nil {
+		t.Fatalf("the held append: %v", err)
+	}
+	got, err := io.ReadAll(cl.NewReader(ctx, client.ReadRequest{Journal: "held/j"}))
+	if string(got) != "route\nheld\n" {
+		t.Errorf("journal holds %q, %v; want route and the held append", got, err)
+	}
+}
+
+// awaitGoroutines waits until n goroutines have fn on their stacks, or
+// ctx ends.
+func awaitGoroutines(ctx context.Context, t *testing.T, fn string, n int) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for strings.Count(string(buf[:runtime.Stack(buf, true)]), fn) < n {
+		if ctx.Err() != nil {
+			t.Fatalf("fewer than %d goroutines in %s", n, fn)
+		}
+		runtime.Gosched()
 	}
 }

@@ -51,11 +51,12 @@ type JournalClient interface {
 	// answered by a response with its tag, as soon as it is done: answers
 	// come in the order appends complete. An append of a stream that breaks
 	// before its answer may have committed (its writer and sequence make
-	// its retry commit once). An answer of tag 0 (the client's tags start at
-	// 1) tells the client that the broker is stopping: it sends nothing
-	// more and closes its side, and the stream ends once the appends in
-	// progress are answered. Small appends so share one stream instead of
-	// setting each up, which costs more than the append itself.
+	// its retry commit once). Tags start at 1: the broker ends a stream
+	// that sends tag 0 with INVALID_ARGUMENT. An answer of tag 0 tells the
+	// client that the broker is stopping: it sends nothing more and closes
+	// its side, and the stream ends once the appends in progress are
+	// answered. Small appends so share one stream instead of setting each
+	// up, which costs more than the append itself.
 	Appends(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendRequest, AppendResponse], error)
 	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse], error)
 	ListFragments(ctx context.Context, in *FragmentsRequest, opts ...grpc.CallOption) (*FragmentsResponse, error)
@@ -200,11 +201,12 @@ type JournalServer interface {
 	// answered by a response with its tag, as soon as it is done: answers
 	// come in the order appends complete. An append of a stream that breaks
 	// before its answer may have committed (its writer and sequence make
-	// its retry commit once). An answer of tag 0 (the client's tags start at
-	// 1) tells the client that the broker is stopping: it sends nothing
-	// more and closes its side, and the stream ends once the appends in
-	// progress are answered. Small appends so share one stream instead of
-	// setting each up, which costs more than the append itself.
+	// its retry commit once). Tags start at 1: the broker ends a stream
+	// that sends tag 0 with INVALID_ARGUMENT. An answer of tag 0 tells the
+	// client that the broker is stopping: it sends nothing more and closes
+	// its side, and the stream ends once the appends in progress are
+	// answered. Small appends so share one stream instead of setting each
+	// up, which costs more than the append itself.
 	Appends(grpc.BidiStreamingServer[AppendRequest, AppendResponse]) error
 	Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error
 	ListFragments(context.Context, *FragmentsRequest) (*FragmentsResponse, error)
