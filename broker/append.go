@@ -351,20 +351,15 @@ var spoolWriteHook = func(*replica) error { return nil }
 func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipeline, first *protocol.AppendRequest, spec *protocol.JournalSpec) (*protocol.AppendResponse, error) {
 	s := r.spool()
 	begin := s.End()
+	var held *protocol.ReplicateRequest // Content written, not yet sent.
 	for req := first; ; {
 		if len(req.Content) != 0 {
 			if err := r.throttle(stream.Context(), spec, len(req.Content)); err != nil {
 				r.abort(p)
 				return nil, err
 			}
-			delta := s.Pending() - s.End()
-			if err := spoolWriteHook(r); err != nil {
-				return nil, err
-			}
-			if _, err := s.Write(req.Content); err != nil {
-				return nil, err
-			}
-			if err := p.send(&protocol.ReplicateRequest{Content: req.Content, ContentDelta: delta}); err != nil {
+			var err error
+			if held, err = r.writeContent(p, held, req.Content); err != nil {
 				return nil, err
 			}
 		}
@@ -389,7 +384,7 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 	if first.Writer != "" {
 		registers = withWriter(registers, first.Writer, lastAppend{first.Sequence, begin, s.Pending()})
 	}
-	if err := r.commit(p, registers); err != nil {
+	if err := r.commit(p, registers, held); err != nil {
 		return nil, err
 	}
 	appendCommits.Inc()
@@ -403,7 +398,8 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 }
 
 // commit proposes the pending content to every peer and, once every peer
-// has acknowledged it, commits it locally.
+// has acknowledged it, commits it locally. The proposal goes in carrier,
+// if not nil: the message of the last content written, not yet sent.
 //
 // The primary commits last so that its committed content is never more
 // than its peers hold: a primary cut off between its commit and its
@@ -411,13 +407,16 @@ func (r *replica) appendContent(stream protocol.Journal_AppendServer, p *pipelin
 // journal's next primary writes other content over. (Peers that commit
 // an append the primary then fails keep it; the next pipeline rolls every
 // replica to the greatest end, so it stays in the journal, whole.)
-func (r *replica) commit(p *pipeline, registers labels.Set) error {
+func (r *replica) commit(p *pipeline, registers labels.Set, carrier *protocol.ReplicateRequest) error {
 	s := r.spool()
 	resolve := r.proposing()
 	var err error
 	if len(p.peers) != 0 { // At replication 1, no proposal to build.
-		err = r.propose(p, &protocol.ReplicateRequest{Proposal: fragmentOf(s, true),
-			Registers: protocol.ProtoLabels(registers), Acknowledge: true})
+		if carrier == nil {
+			carrier = new(protocol.ReplicateRequest)
+		}
+		carrier.Proposal, carrier.Registers, carrier.Acknowledge = fragmentOf(s, true), protocol.ProtoLabels(registers), true
+		err = r.propose(p, carrier)
 	}
 	if err == nil {
 		err = s.Commit(registers.String())

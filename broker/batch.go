@@ -177,10 +177,11 @@ func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
 		return false, nil
 	}
 	begin := s.End()
-	if err := r.writeRuns(p, contents); err != nil {
+	last, err := r.writeRuns(p, contents)
+	if err != nil {
 		return false, err
 	}
-	if err := r.commit(p, registers); err != nil {
+	if err := r.commit(p, registers, last); err != nil {
 		return false, err
 	}
 	appendCommits.Inc()
@@ -201,8 +202,9 @@ const wholeRun = 256 << 10
 
 // writeRuns writes contents, in order, to the spool and down the
 // pipeline, joined in runs of at most wholeRun bytes (or one content).
-func (r *replica) writeRuns(p *pipeline, contents [][]byte) error {
-	s := r.spool()
+// The last run is not sent: it is returned, for the commit to carry.
+func (r *replica) writeRuns(p *pipeline, contents [][]byte) (*protocol.ReplicateRequest, error) {
+	var last *protocol.ReplicateRequest
 	for len(contents) > 0 {
 		n, size := 1, len(contents[0])
 		for n < len(contents) && size+len(contents[n]) <= wholeRun {
@@ -214,16 +216,34 @@ func (r *replica) writeRuns(p *pipeline, contents [][]byte) error {
 			run = slices.Concat(contents[:n]...)
 		}
 		contents = contents[n:]
-		delta := s.Pending() - s.End()
-		if err := spoolWriteHook(r); err != nil {
-			return err
-		}
-		if _, err := s.Write(run); err != nil {
-			return err
-		}
-		if err := p.send(&protocol.ReplicateRequest{Content: run, ContentDelta: delta}); err != nil {
-			return err
+		var err error
+		if last, err = r.writeContent(p, last, run); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return last, nil
+}
+
+// writeContent writes content to the spool, and returns the message that
+// sends it down the pipeline, after sending held, the message of the
+// content before it (if not nil).
+//
+// Each content's message is held until the next is written, so that the
+// last one carries the commit's proposal: one message to each peer, not
+// two (a peer applies a message's content before its proposal).
+func (r *replica) writeContent(p *pipeline, held *protocol.ReplicateRequest, content []byte) (*protocol.ReplicateRequest, error) {
+	if held != nil {
+		if err := p.send(held); err != nil {
+			return nil, err
+		}
+	}
+	s := r.spool()
+	delta := s.Pending() - s.End()
+	if err := spoolWriteHook(r); err != nil {
+		return nil, err
+	}
+	if _, err := s.Write(content); err != nil {
+		return nil, err
+	}
+	return &protocol.ReplicateRequest{Content: content, ContentDelta: delta}, nil
 }

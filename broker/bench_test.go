@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quire-dev/quire/client"
@@ -123,6 +125,8 @@ func benchAppendWith(b *testing.B, replication, size, writers int, edit func(*pr
 	b.SetBytes(int64(size))
 	b.ResetTimer()
 	start := time.Now()
+	commits0, appends0 := testutil.ToFloat64(appendCommits), testutil.ToFloat64(appendsCommitted)
+	cpu0 := cpuTime()
 	for range writers {
 		wg.Add(1)
 		go func() {
@@ -149,6 +153,8 @@ func benchAppendWith(b *testing.B, replication, size, writers int, edit func(*pr
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	commits, appends := testutil.ToFloat64(appendCommits)-commits0, testutil.ToFloat64(appendsCommitted)-appends0
 	slices.Sort(latencies)
 	q := func(p float64) float64 {
 		if len(latencies) == 0 {
@@ -160,6 +166,10 @@ func benchAppendWith(b *testing.B, replication, size, writers int, edit func(*pr
 	b.ReportMetric(q(0.5), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(q(0.999), "p99.9-ms")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/append")
+	if commits > 0 {
+		b.ReportMetric(appends/commits, "appends/commit")
+	}
 }
 
 // BenchmarkRead measures reading 64 MiB back through the primary: from its
@@ -227,4 +237,13 @@ func appendMessage(ctx context.Context, b *testBroker, req *protocol.AppendReque
 		return stream.CloseAndRecv()
 	}
 	return stream.CloseAndRecv()
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err) // RUSAGE_SELF with a valid pointer cannot fail.
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
