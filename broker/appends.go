@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/codes"
@@ -56,13 +57,20 @@ func (s *Server) Appends(stream protocol.Journal_AppendsServer) error {
 // readAppends starts an append for each message of stream, once the budget
 // allows, until the client closes its side (nil), sends a message of tag 0
 // (InvalidArgument, after the appends before it are answered) or the
-// stream fails. An
-// append holds its weight until its answer is sent, so at most
-// maxStreamAppends answers are ever pending.
+// stream fails. An append holds its weight until its answer is sent, so at
+// most maxStreamAppends answers are ever pending.
+//
+// Each append runs on a worker of the stream: an idle one, or a new one if
+// all are busy. Workers outlive their append (up to maxIdleWorkers idle
+// at once), so that the next ones run on a stack already grown, rather
+// than each growing a new goroutine's.
 func (s *Server) readAppends(stream protocol.Journal_AppendsServer, wg *sync.WaitGroup,
 	budget *semaphore.Weighted, answers chan<- answer) error {
 
 	ctx := stream.Context()
+	work := make(chan weighted)
+	defer close(work) // Idle workers end.
+	var idle atomic.Int32
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -75,11 +83,39 @@ func (s *Server) readAppends(stream protocol.Journal_AppendsServer, wg *sync.Wai
 			// the stream: an append under it could not be answered.
 			return status.Errorf(codes.InvalidArgument, "an append of an Appends stream needs a tag other than 0 (journal %q)", req.Journal)
 		}
-		weight := min(max(int64(len(req.Content)), minAppendWeight), streamBudget)
-		if err := budget.Acquire(ctx, weight); err != nil {
+		a := weighted{req, min(max(int64(len(req.Content)), minAppendWeight), streamBudget)}
+		if err := budget.Acquire(ctx, a.weight); err != nil {
 			return err
 		}
-		wg.Go(func() { answers <- answer{s.appendTagged(ctx, req), weight} })
+		select {
+		case work <- a:
+		default:
+			wg.Go(func() { s.appendWorker(ctx, a, work, &idle, answers) })
+		}
+	}
+}
+
+// maxIdleWorkers bounds the idle workers of an Appends stream.
+const maxIdleWorkers = 64
+
+// weighted is an append of an Appends stream, and its weight in the
+// stream's budget.
+type weighted struct {
+	req    *protocol.AppendRequest
+	weight int64
+}
+
+// appendWorker runs a, then the appends handed to it while idle, until
+// work closes or enough other workers are idle.
+func (s *Server) appendWorker(ctx context.Context, a weighted, work <-chan weighted, idle *atomic.Int32, answers chan<- answer) {
+	for ok := true; ok; {
+		answers <- answer{s.appendTagged(ctx, a.req), a.weight}
+		if idle.Add(1) > maxIdleWorkers {
+			idle.Add(-1)
+			return
+		}
+		a, ok = <-work
+		idle.Add(-1)
 	}
 }
 
