@@ -31,7 +31,7 @@ type router struct {
 	brokers []string // The configured brokers, tried in order.
 	zone    string
 
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	routes map[string]*protocol.Route
 	known  map[string]struct{} // Every endpoint seen in a route.
 	// seen is the highest etcd revision any broker reported. Requests
@@ -77,6 +77,12 @@ func (r *router) learn(journal string, h *protocol.Header) {
 	if journal == "" || !usableRoute(rt) {
 		return
 	}
+	r.mu.RLock()
+	old, ok := r.routes[journal]
+	r.mu.RUnlock()
+	if ok && sameRoute(old, rt) {
+		return // Most answers repeat the route known.
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old, ok := r.routes[journal]; ok && old.GetRevision() > rt.GetRevision() {
@@ -86,6 +92,15 @@ func (r *router) learn(journal string, h *protocol.Header) {
 	for _, ep := range rt.GetEndpoints() {
 		r.known[ep] = struct{}{}
 	}
+}
+
+// sameRoute tells whether a and b are the same route, resolved at the
+// same revision.
+func sameRoute(a, b *protocol.Route) bool {
+	return a.GetRevision() == b.GetRevision() && slices.Equal(a.GetEndpoints(), b.GetEndpoints()) &&
+		slices.EqualFunc(a.GetMembers(), b.GetMembers(), func(m, n *protocol.ProcessID) bool {
+			return m.GetZone() == n.GetZone() && m.GetSuffix() == n.GetSuffix()
+		})
 }
 
 func usableRoute(rt *protocol.Route) bool {
