@@ -116,7 +116,7 @@ func (sc *Scenario) State() *State {
 func (sc *Scenario) keyValues() (keyspace.KeyValues, int64) {
 	var kvs keyspace.KeyValues
 	add := func(key string, rev int64, v any) {
-		kvs = append(kvs, keyspace.KeyValue{
+		kvs = append(kvs, &keyspace.KeyValue{
 			Raw:     &mvccpb.KeyValue{Key: []byte(key), CreateRevision: rev, ModRevision: rev},
 			Decoded: v,
 		})

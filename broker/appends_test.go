@@ -33,6 +33,9 @@ func TestAppendsStream(t *testing.T) {
 			c.appendRetry(b, journal, []byte("warm\n"))
 			route := c.awaitRoute(b, journal, replication)
 			primary := c.brokers[route.Members[0].Suffix]
+			// "warm\n", or more than once if an attempt that committed
+			// failed (appendRetry has no writer sequence).
+			before := string(c.readAll(primary, journal))
 
 			stream, err := protocol.NewJournalClient(primary.conn).Appends(context.Background())
 			if err != nil {
@@ -84,7 +87,7 @@ func TestAppendsStream(t *testing.T) {
 			}
 			slices.SortFunc(got, func(a, b ranged) int { return int(a.begin - b.begin) })
 			var want strings.Builder
-			want.WriteString("warm\n")
+			want.WriteString(before)
 			for _, r := range got {
 				want.WriteString(r.text)
 			}

@@ -295,7 +295,7 @@ func (ks *KeySpace) read(ctx context.Context, kv clientv3.KV, rev int64) (KeyVal
 		}
 		for _, raw := range resp.Kvs {
 			if d, ok := ks.decodeKV(raw); ok {
-				kvs = append(kvs, KeyValue{Raw: raw, Decoded: d})
+				kvs = append(kvs, &KeyValue{Raw: raw, Decoded: d})
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {

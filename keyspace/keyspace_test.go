@@ -687,7 +687,7 @@ func TestWatchCanceled(t *testing.T) {
 func keyValues(keys ...string) KeyValues {
 	kvs := make(KeyValues, len(keys))
 	for i, k := range keys {
-		kvs[i] = KeyValue{Raw: &mvccpb.KeyValue{Key: []byte(k)}, Decoded: k}
+		kvs[i] = &KeyValue{Raw: &mvccpb.KeyValue{Key: []byte(k)}, Decoded: k}
 	}
 	return kvs
 }
@@ -794,7 +794,7 @@ func TestMerge(t *testing.T) {
 		for _, f := range strings.Fields(tc.changes) {
 			c := change{key: f[1:]}
 			if f[0] == '+' {
-				c.kv = &keyValues(c.key)[0]
+				c.kv = keyValues(c.key)[0]
 			}
 			cs = append(cs, c)
 		}

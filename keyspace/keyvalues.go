@@ -9,8 +9,8 @@ import (
 )
 
 // KeyValue is a key of the mirror: its raw etcd KeyValue (key, create and
-// mod revision, version, lease, value) and its decoded value. Both are
-// shared by every snapshot that holds the key and must not be modified.
+// mod revision, version, lease, value) and its decoded value. It is shared
+// by every snapshot that holds the key, and must not be modified.
 type KeyValue struct {
 	// Raw is the key as etcd returned it.
 	Raw *mvccpb.KeyValue
@@ -18,8 +18,11 @@ type KeyValue struct {
 	Decoded any
 }
 
-// KeyValues is sorted by Raw.Key, with no duplicate keys.
-type KeyValues []KeyValue
+// KeyValues is sorted by Raw.Key, with no duplicate keys. It holds
+// pointers, so that each change applied, which builds a new KeyValues,
+// copies one word per key rather than three: in a mirror of 80,000 keys
+// under a stream of changes, that copy is most of the mirror's cost.
+type KeyValues []*KeyValue
 
 // Search returns the index of key in kvs and true, or, if key is absent, the
 // index at which it would be inserted and false.
@@ -90,7 +93,7 @@ func merge(old KeyValues, cs []change) KeyValues {
 			i++
 		}
 		if c.kv != nil {
-			out = append(out, *c.kv)
+			out = append(out, c.kv)
 		}
 	}
 	return append(out, old[i:]...)
