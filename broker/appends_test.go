@@ -135,15 +135,8 @@ func receiveAll(t *testing.T, stream protocol.Journal_AppendsClient, n int) map[
 // tag 0); a client that then closes its side sees the stream end, so that
 // the gRPC server's graceful stop need not wait for the stream.
 func TestAppendsStreamEndsWhenTheBrokerStops(t *testing.T) {
-	c := newCluster(t)
-	b := c.start("b1", "")
 	const journal = "appends/stop"
-	c.journal(b, journal, 1)
-	c.appendRetry(b, journal, []byte("warm\n"))
-	stream, err := protocol.NewJournalClient(b.conn).Appends(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, stream := openAppends(t, newCluster(t), journal)
 	if err := stream.Send(&protocol.AppendRequest{Journal: journal, Content: []byte("one\n"), Commit: true, Tag: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -167,15 +160,10 @@ func TestAppendsStreamEndsWhenTheBrokerStops(t *testing.T) {
 // Tag 0 is the broker's own answer (see above), so an append sent under it
 // ends the stream, once the appends before it are answered.
 func TestAppendsStreamRefusesTagZero(t *testing.T) {
-	c := newCluster(t)
-	b := c.start("b1", "")
 	const journal = "appends/zero"
-	c.journal(b, journal, 1)
-	c.appendRetry(b, journal, []byte("warm\n"))
-	stream, err := protocol.NewJournalClient(b.conn).Appends(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCluster(t)
+	b, stream := openAppends(t, c, journal)
+	before := string(c.readAll(b, journal))
 	for _, tag := range []uint64{1, 0} {
 		if err := stream.Send(&protocol.AppendRequest{Journal: journal, Content: []byte("one\n"), Commit: true, Tag: tag}); err != nil {
 			t.Fatal(err)
@@ -187,7 +175,21 @@ func TestAppendsStreamRefusesTagZero(t *testing.T) {
 	if resp, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("after an append of tag 0: %v, %v; want the stream to end with InvalidArgument", resp, err)
 	}
-	if got := string(c.readAll(b, journal)); got != "warm\none\n" {
-		t.Errorf("read back %q, want only the append of tag 1 after warm", got)
+	if got := string(c.readAll(b, journal)); got != before+"one\n" {
+		t.Errorf("read back %q, want only the append of tag 1 after %q", got, before)
 	}
+}
+
+// openAppends starts a broker of c serving journal at replication 1,
+// warms the journal up with an append, and opens an Appends stream to it.
+func openAppends(t *testing.T, c *cluster, journal string) (*testBroker, protocol.Journal_AppendsClient) {
+	t.Helper()
+	b := c.start("b1", "")
+	c.journal(b, journal, 1)
+	c.appendRetry(b, journal, []byte("warm\n"))
+	stream, err := protocol.NewJournalClient(b.conn).Appends(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, stream
 }

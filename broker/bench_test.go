@@ -239,7 +239,9 @@ func appendMessage(ctx context.Context, b *testBroker, req *protocol.AppendReque
 	return stream.CloseAndRecv()
 }
 
-// cpuTime is the CPU time the process has used, user and system.
+// cpuTime is the CPU time the process has used, user and system: as
+// brokertest.CPUTime, which this package's tests cannot import (brokertest
+// imports broker).
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
