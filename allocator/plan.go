@@ -112,9 +112,9 @@ func (sc *Scenario) State() *State {
 	return NewState("", kvs, rev)
 }
 
-// keyValues are the decoded keys of a scenario, sorted, and their revision.
+// keyValues are the decoded keys of a scenario and their revision.
 func (sc *Scenario) keyValues() (keyspace.KeyValues, int64) {
-	var kvs keyspace.KeyValues
+	var kvs []*keyspace.KeyValue
 	add := func(key string, rev int64, v any) {
 		kvs = append(kvs, &keyspace.KeyValue{
 			Raw:     &mvccpb.KeyValue{Key: []byte(key), CreateRevision: rev, ModRevision: rev},
@@ -132,8 +132,7 @@ func (sc *Scenario) keyValues() (keyspace.KeyValues, int64) {
 		add(AssignmentKey("", a.Item, a.Zone, a.Suffix, a.Slot), 1,
 			Assignment{Item: a.Item, Zone: a.Zone, Suffix: a.Suffix, Slot: a.Slot})
 	}
-	sort.Slice(kvs, func(i, j int) bool { return string(kvs[i].Raw.Key) < string(kvs[j].Raw.Key) })
-	return kvs, int64(len(sc.Members) + 1)
+	return keyspace.NewKeyValues(kvs...), int64(len(sc.Members) + 1)
 }
 
 // ScenarioOf describes a live fleet's state as a Scenario.

@@ -59,19 +59,20 @@ func NewState(root string, kvs keyspace.KeyValues, rev int64) *State {
 		Leader:      -1,
 		memberIndex: make(map[memberName]int),
 	}
-	for _, kv := range kvs.Prefixed(root + MembersPrefix) {
+	for kv := range kvs.Prefixed(root + MembersPrefix).All() {
 		if m, ok := kv.Decoded.(Member); ok {
 			s.memberIndex[memberName{m.Zone, m.Suffix}] = len(s.Members)
 			s.Members = append(s.Members, MemberKV{Member: m, KV: kv.Raw})
 		}
 	}
 	items := kvs.Prefixed(root + ItemsPrefix)
-	s.itemIndex = make(map[string]int, len(items))
-	s.Items = make([]ItemKV, 0, len(items))
-	for i := range items {
-		if it, ok := items[i].Decoded.(Item); ok {
+	n := items.Len()
+	s.itemIndex = make(map[string]int, n)
+	s.Items = make([]ItemKV, 0, n)
+	for kv := range items.All() {
+		if it, ok := kv.Decoded.(Item); ok {
 			s.itemIndex[it.ID] = len(s.Items)
-			s.Items = append(s.Items, ItemKV{Item: it, KV: items[i].Raw})
+			s.Items = append(s.Items, ItemKV{Item: it, KV: kv.Raw})
 		}
 	}
 	s.indexAssignments(kvs.Prefixed(root + AssignmentsPrefix))
@@ -81,9 +82,9 @@ func NewState(root string, kvs keyspace.KeyValues, rev int64) *State {
 
 func (s *State) indexAssignments(kvs keyspace.KeyValues) {
 	s.Load = make([]int, len(s.Members))
-	s.Assignments = make([]AssignmentKV, 0, len(kvs))
-	for i := range kvs {
-		a, ok := kvs[i].Decoded.(Assignment)
+	s.Assignments = make([]AssignmentKV, 0, kvs.Len())
+	for kv := range kvs.All() {
+		a, ok := kv.Decoded.(Assignment)
 		if !ok {
 			continue
 		}
@@ -93,7 +94,7 @@ func (s *State) indexAssignments(kvs keyspace.KeyValues) {
 		} else {
 			s.Load[m]++
 		}
-		s.Assignments = append(s.Assignments, AssignmentKV{Assignment: a, KV: kvs[i].Raw, Member: m})
+		s.Assignments = append(s.Assignments, AssignmentKV{Assignment: a, KV: kv.Raw, Member: m})
 	}
 	// Keys order slots as text ("10" < "2"), and IDs by the bytes after
 	// them; order by item, then slot, if they are not already.

@@ -204,7 +204,7 @@ func chosenToResign(name string, members []string, cuts []cut, resigned []resign
 func (s *Server) cutsOf(kvs keyspace.KeyValues) ([]cut, []resignation) {
 	var cuts []cut
 	var resigned []resignation
-	for _, kv := range kvs.Prefixed(s.cfg.Root + CutsPrefix) {
+	for kv := range kvs.Prefixed(s.cfg.Root + CutsPrefix).All() {
 		switch v := kv.Decoded.(type) {
 		case cut:
 			cuts = append(cuts, v)

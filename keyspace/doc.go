@@ -7,7 +7,8 @@
 // of the mirror, and it never stops the watch.
 //
 // Readers take a Snapshot: a sorted KeyValues and the revision it reflects.
-// Snapshots are immutable; every applied change builds a new slice, so a
+// Snapshots are immutable; every applied change builds a new version, which
+// shares with the version before it all that the change left alone, so a
 // snapshot may be kept and read without locks. To react to changes, take
 // Changed before reading a Snapshot, or register an observer with Observe.
 // WaitForRevision blocks until the mirror reflects a revision, typically the

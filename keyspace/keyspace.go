@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/btree"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -69,6 +70,11 @@ type KeySpace struct {
 	log      *slog.Logger // nil means slog.Default() at the time of logging
 	pageSize int          // keys per range request of Load
 
+	// tree is the writable version of the mirror, changed only by the
+	// goroutine that runs Load and Watch; kvs is the version last
+	// published, which no one changes.
+	tree *btree.BTreeG[*KeyValue]
+
 	mu        sync.RWMutex
 	kvs       KeyValues
 	rev       int64
@@ -106,17 +112,18 @@ func New(root string, decode Decoder) *KeySpace {
 		Root:     root,
 		decode:   decode,
 		pageSize: defaultPageSize,
+		tree:     newTree(),
 		changed:  make(chan struct{}),
 	}
 }
 
 // Snapshot returns the current mirror and the etcd revision it reflects. The
 // returned KeyValues is never modified afterwards (each applied change builds
-// a new slice), so callers may keep and read it without locks.
+// a new version), so callers may keep and read it without locks.
 func (ks *KeySpace) Snapshot() (KeyValues, int64) {
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
-	return ks.kvs[:len(ks.kvs):len(ks.kvs)], ks.rev
+	return ks.kvs, ks.rev
 }
 
 // Revision returns the revision the mirror reflects; zero before Load.
@@ -263,24 +270,25 @@ func (ks *KeySpace) Observe(fn func(kvs KeyValues, rev int64)) (cancel func()) {
 // Load reads all keys under Root at revision rev (0 = latest), replacing the
 // mirror. Call it before Watch; Watch reloads by itself when it must.
 func (ks *KeySpace) Load(ctx context.Context, client *clientv3.Client, rev int64) error {
-	kvs, rev, err := ks.read(ctx, client, rev)
+	tree, rev, err := ks.read(ctx, client, rev)
 	if err != nil {
 		return err
 	}
+	ks.tree = tree
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	ks.publish(kvs, rev)
+	ks.publish(rev)
 	return nil
 }
 
 // read returns the decoded keys under Root at rev (0 = latest) and that
 // revision, reading them in pages of pageSize keys.
-func (ks *KeySpace) read(ctx context.Context, kv clientv3.KV, rev int64) (KeyValues, int64, error) {
+func (ks *KeySpace) read(ctx context.Context, kv clientv3.KV, rev int64) (*btree.BTreeG[*KeyValue], int64, error) {
 	from, end := ks.Root, clientv3.GetPrefixRangeEnd(ks.Root)
 	if from == "" {
 		from = "\x00" // etcd rejects an empty key; "\x00" starts the whole key space.
 	}
-	var kvs KeyValues
+	tree := newTree()
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(ks.pageSize))}
 		if rev != 0 {
@@ -295,11 +303,11 @@ func (ks *KeySpace) read(ctx context.Context, kv clientv3.KV, rev int64) (KeyVal
 		}
 		for _, raw := range resp.Kvs {
 			if d, ok := ks.decodeKV(raw); ok {
-				kvs = append(kvs, &KeyValue{Raw: raw, Decoded: d})
+				tree.ReplaceOrInsert(&KeyValue{Raw: raw, Decoded: d})
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return kvs, rev, nil
+			return tree, rev, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
@@ -319,9 +327,12 @@ func (ks *KeySpace) decodeKV(raw *mvccpb.KeyValue) (any, bool) {
 	return d, true
 }
 
-// publish installs a new mirror at rev, calls the observers and wakes
-// everyone waiting on Changed. The lock must be held.
-func (ks *KeySpace) publish(kvs KeyValues, rev int64) {
+// publish installs the writable version of the mirror at rev, calls the
+// observers and wakes everyone waiting on Changed. The lock must be held.
+func (ks *KeySpace) publish(rev int64) {
+	// The clone shares every node with ks.tree, which copies a node before
+	// its next change to it: the published version never changes.
+	kvs := KeyValues{tree: ks.tree.Clone()}
 	ks.kvs, ks.rev = kvs, rev
 	for _, o := range ks.observers {
 		o.fn(kvs, rev)
@@ -482,35 +493,32 @@ func (ks *KeySpace) apply(batch []*clientv3.WatchResponse) bool {
 		}
 		events = append(events, resp.Events...)
 	}
-	cs := ks.changes(events, cur)
-	if rev > cur || len(cs) > 0 {
+	if ks.applyEvents(events, cur) || rev > cur {
 		ks.mu.Lock()
-		kvs := ks.kvs
-		if len(cs) > 0 {
-			kvs = merge(kvs, cs)
-		}
-		ks.publish(kvs, rev)
+		ks.publish(rev)
 		ks.mu.Unlock()
 	}
 	return batch[len(batch)-1].Header.Revision > rev
 }
 
-// changes decodes the events after revision `after` into sorted, unique
-// changes. Keys outside Root never enter.
-func (ks *KeySpace) changes(events []*clientv3.Event, after int64) []change {
-	cs := make([]change, 0, len(events))
+// applyEvents applies the events after revision `after`, in order, to the
+// writable mirror, and reports whether any did apply. Keys outside Root
+// never enter.
+func (ks *KeySpace) applyEvents(events []*clientv3.Event, after int64) bool {
+	applied := false
 	for _, ev := range events {
-		key := string(ev.Kv.Key)
-		if ev.Kv.ModRevision <= after || !strings.HasPrefix(key, ks.Root) {
+		if ev.Kv.ModRevision <= after || !strings.HasPrefix(string(ev.Kv.Key), ks.Root) {
 			continue
 		}
-		c := change{key: key}
+		applied = true
 		if ev.Type == clientv3.EventTypePut {
 			if d, ok := ks.decodeKV(ev.Kv); ok {
-				c.kv = &KeyValue{Raw: ev.Kv, Decoded: d}
+				ks.tree.ReplaceOrInsert(&KeyValue{Raw: ev.Kv, Decoded: d})
+				continue
 			}
 		}
-		cs = append(cs, c)
+		// A deleted key, or one whose new value does not decode, leaves.
+		ks.tree.Delete(&KeyValue{Raw: ev.Kv})
 	}
-	return sortChanges(cs)
+	return applied
 }

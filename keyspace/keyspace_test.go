@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sort"
@@ -35,12 +37,14 @@ func decodeInt(kv *mvccpb.KeyValue) (any, error) { return strconv.Atoi(string(kv
 // render shows kvs as "key=decoded ..." with root trimmed from the keys, or
 // flags it if kvs is not sorted and unique or holds a key outside root.
 func render(root string, kvs KeyValues) string {
-	parts := make([]string, 0, len(kvs))
-	for i, kv := range kvs {
+	var parts []string
+	prev := ""
+	for kv := range kvs.All() {
 		key := string(kv.Raw.Key)
-		if i > 0 && string(kvs[i-1].Raw.Key) >= key {
+		if len(parts) > 0 && prev >= key {
 			return "UNSORTED"
 		}
+		prev = key
 		if !strings.HasPrefix(key, root) {
 			return "OUTSIDE ROOT: " + key
 		}
@@ -209,7 +213,8 @@ func TestLoadAndWatch(t *testing.T) {
 
 	// The last step recreated b: a new create revision and version 1.
 	kvs, _ := ks.Snapshot()
-	if raw := kvs[0].Raw; raw.CreateRevision <= created || raw.Version != 1 || raw.ModRevision != raw.CreateRevision {
+	b, _ := kvs.Get(root + "b")
+	if raw := b.Raw; raw.CreateRevision <= created || raw.Version != 1 || raw.ModRevision != raw.CreateRevision {
 		t.Errorf("recreated key has create %d, mod %d, version %d", raw.CreateRevision, raw.ModRevision, raw.Version)
 	}
 	// Copy-on-write: every snapshot still reads as it did.
@@ -236,8 +241,8 @@ func TestUpdatesApplyInOrder(t *testing.T) {
 	}
 	waitRev(t, ks, rev)
 	kvs := checkSnapshot(t, ks, rev, "k=49")
-	if len(kvs) == 1 && kvs[0].Raw.ModRevision != rev {
-		t.Errorf("mod revision %d, want %d", kvs[0].Raw.ModRevision, rev)
+	if k, ok := kvs.Get(root + "k"); ok && k.Raw.ModRevision != rev {
+		t.Errorf("mod revision %d, want %d", k.Raw.ModRevision, rev)
 	}
 }
 
@@ -685,59 +690,60 @@ func TestWatchCanceled(t *testing.T) {
 }
 
 func keyValues(keys ...string) KeyValues {
-	kvs := make(KeyValues, len(keys))
+	kvs := make([]*KeyValue, len(keys))
 	for i, k := range keys {
 		kvs[i] = &KeyValue{Raw: &mvccpb.KeyValue{Key: []byte(k)}, Decoded: k}
 	}
-	return kvs
+	return NewKeyValues(kvs...)
 }
 
 func keysOf(kvs KeyValues) string {
-	keys := make([]string, len(kvs))
-	for i, kv := range kvs {
-		keys[i] = string(kv.Raw.Key)
+	var keys []string
+	for kv := range kvs.All() {
+		keys = append(keys, string(kv.Raw.Key))
+	}
+	if n := kvs.Len(); n != len(keys) {
+		return fmt.Sprintf("Len %d, but %d keys", n, len(keys))
 	}
 	return strings.Join(keys, " ")
 }
 
-func TestSearch(t *testing.T) {
+func TestGet(t *testing.T) {
 	kvs := keyValues("a", "ab", "abc", "b", "ba", "c")
 	for _, tc := range []struct {
 		key   string
-		index int
 		found bool
 	}{
-		{"", 0, false},
-		{"a", 0, true},
-		{"aa", 1, false},
-		{"ab", 1, true},
-		{"abc", 2, true},
-		{"abcd", 3, false},
-		{"ba", 4, true},
-		{"bb", 5, false},
-		{"c", 5, true},
-		{"d", 6, false},
+		{"", false}, {"a", true}, {"aa", false}, {"ab", true}, {"abc", true},
+		{"abcd", false}, {"ba", true}, {"bb", false}, {"c", true}, {"d", false},
 	} {
-		i, found := kvs.Search(tc.key)
-		if i != tc.index || found != tc.found {
-			t.Errorf("Search(%q) = %d, %v; want %d, %v", tc.key, i, found, tc.index, tc.found)
+		kv, found := kvs.Get(tc.key)
+		if found != tc.found || (found && string(kv.Raw.Key) != tc.key) {
+			t.Errorf("Get(%q) = %v, %v; want found %v", tc.key, kv, found, tc.found)
 		}
 	}
-	if i, found := KeyValues(nil).Search("a"); i != 0 || found {
-		t.Errorf("Search on nil = %d, %v", i, found)
+	if _, found := (KeyValues{}).Get("a"); found {
+		t.Errorf("Get on the zero KeyValues found a key")
+	}
+	// A view holds only the keys within its range.
+	if _, found := kvs.Prefixed("a").Get("b"); found {
+		t.Errorf(`Prefixed("a").Get("b") found a key outside the view`)
+	}
+	if _, found := kvs.Range("ab", "b").Get("abc"); !found {
+		t.Errorf(`Range("ab", "b").Get("abc") did not find it`)
 	}
 }
 
 func TestPrefixed(t *testing.T) {
-	kvs := keyValues("a", "ab", "abc", "b", "ba", "c")
+	kvs := keyValues("a", "ab", "abc", "b", "ba", "c", "c\xff", "c\xff\xff", "d")
 	for _, tc := range []struct{ prefix, want string }{
-		{"", "a ab abc b ba c"},
+		{"", "a ab abc b ba c c\xff c\xff\xff d"},
 		{"a", "a ab abc"},
 		{"ab", "ab abc"},
 		{"abc", "abc"},
 		{"abcd", ""},
 		{"b", "b ba"},
-		{"c", "c"},
+		{"c\xff", "c\xff c\xff\xff"},
 		{"0", ""},
 		{"x", ""},
 	} {
@@ -745,10 +751,15 @@ func TestPrefixed(t *testing.T) {
 			t.Errorf("Prefixed(%q) = %q, want %q", tc.prefix, got, tc.want)
 		}
 	}
-	// Appending to a result must not write into the slice it came from.
-	_ = append(kvs.Prefixed("a"), keyValues("zzz")...)
-	if got := keysOf(kvs); got != "a ab abc b ba c" {
-		t.Errorf("append to Prefixed changed the source to %q", got)
+	// A view of a view holds the keys within both.
+	if got := keysOf(kvs.Prefixed("a").Prefixed("ab")); got != "ab abc" {
+		t.Errorf(`Prefixed("a").Prefixed("ab") = %q`, got)
+	}
+	if got := keysOf(kvs.Prefixed("a").Prefixed("b")); got != "" {
+		t.Errorf(`Prefixed("a").Prefixed("b") = %q`, got)
+	}
+	if got := keysOf((KeyValues{}).Prefixed("a")); got != "" {
+		t.Errorf("Prefixed of the zero KeyValues = %q", got)
 	}
 }
 
@@ -756,6 +767,8 @@ func TestRange(t *testing.T) {
 	kvs := keyValues("a", "ab", "abc", "b", "ba", "c")
 	for _, tc := range []struct{ from, to, want string }{
 		{"", "z", "a ab abc b ba c"},
+		{"", "", "a ab abc b ba c"},
+		{"b", "", "b ba c"},
 		{"a", "b", "a ab abc"},
 		{"ab", "ba", "ab abc b"},
 		{"aa", "ab", ""},
@@ -769,42 +782,108 @@ func TestRange(t *testing.T) {
 			t.Errorf("Range(%q, %q) = %q, want %q", tc.from, tc.to, got, tc.want)
 		}
 	}
-	_ = append(kvs.Range("a", "b"), keyValues("zzz")...)
-	if got := keysOf(kvs); got != "a ab abc b ba c" {
-		t.Errorf("append to Range changed the source to %q", got)
+	// A range of a view stays within the view.
+	if got := keysOf(kvs.Range("ab", "c").Range("a", "")); got != "ab abc b ba" {
+		t.Errorf(`Range("ab", "c").Range("a", "") = %q`, got)
+	}
+	if got := keysOf(kvs.Range("ab", "c").Range("b", "z")); got != "b ba" {
+		t.Errorf(`Range("ab", "c").Range("b", "z") = %q`, got)
 	}
 }
 
-func TestMerge(t *testing.T) {
-	// Changes are written "+key" (put) or "-key" (delete), in arrival order.
+// events returns watch events of changes written "+key" (put) or "-key"
+// (delete), in revision order from rev.
+func events(changes string, rev int64) []*clientv3.Event {
+	var evs []*clientv3.Event
+	for _, f := range strings.Fields(changes) {
+		ev := &clientv3.Event{Type: clientv3.EventTypePut,
+			Kv: &mvccpb.KeyValue{Key: []byte(f[1:]), ModRevision: rev, Value: []byte("1")}}
+		if f[0] == '-' {
+			ev.Type = clientv3.EventTypeDelete
+		}
+		evs = append(evs, ev)
+		rev++
+	}
+	return evs
+}
+
+func TestApplyEvents(t *testing.T) {
 	for _, tc := range []struct {
 		name, old, changes, want string
 	}{
 		{"into empty", "", "+b +a", "a b"},
-		{"insert at both ends and between", "b d", "+e +a +c", "a b c d e"},
-		{"delete", "a b c", "-b -a", "c"},
-		{"delete absent keys", "b", "-a -c", "b"},
-		{"replace", "a b", "+b", "a b"},
-		{"last change of a key wins: put", "a", "-b +b -a +a", "a b"},
-		{"last change of a key wins: delete", "a", "+b -b +a -a", ""},
-		{"no changes", "a b", "", "a b"},
+		{"insert at both ends and between", "+b +d", "+e +a +c", "a b c d e"},
+		{"delete", "+a +b +c", "-b -a", "c"},
+		{"delete absent keys", "+b", "-a -c", "b"},
+		{"replace", "+a +b", "+b", "a b"},
+		{"last change of a key wins: put", "+a", "-b +b -a +a", "a b"},
+		{"last change of a key wins: delete", "+a", "+b -b +a -a", ""},
+		{"no changes", "+a +b", "", "a b"},
 	} {
-		old := keyValues(strings.Fields(tc.old)...)
-		var cs []change
-		for _, f := range strings.Fields(tc.changes) {
-			c := change{key: f[1:]}
-			if f[0] == '+' {
-				c.kv = keyValues(c.key)[0]
-			}
-			cs = append(cs, c)
-		}
-		if got := keysOf(merge(old, sortChanges(cs))); got != tc.want {
+		ks := New("", nil)
+		ks.applyEvents(events(tc.old, 1), 0)
+		ks.publish(1)
+		before, _ := ks.Snapshot()
+		oldKeys := keysOf(before)
+		ks.applyEvents(events(tc.changes, 2), 1)
+		ks.publish(2)
+		after, _ := ks.Snapshot()
+		if got := keysOf(after); got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
 		}
-		if got := keysOf(old); got != strings.Join(strings.Fields(tc.old), " ") {
-			t.Errorf("%s: merge changed its input to %q", tc.name, got)
+		if got := keysOf(before); got != oldKeys {
+			t.Errorf("%s: the version before changed from %q to %q", tc.name, oldKeys, got)
 		}
 	}
+}
+
+// Every published version keeps the keys it had, however many changes
+// follow, across splits and merges of the tree's nodes.
+func TestVersionsAreImmutable(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	ks := New("", decodeInt)
+	model := map[string]string{}
+	type version struct {
+		kvs  KeyValues
+		want string
+	}
+	var versions []version
+	rev := int64(1)
+	for step := range 400 {
+		var evs []*clientv3.Event
+		for range 1 + rnd.IntN(40) {
+			key := fmt.Sprintf("k%04d", rnd.IntN(2000))
+			ev := &clientv3.Event{Type: clientv3.EventTypePut,
+				Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev, Value: []byte(strconv.Itoa(step))}}
+			if rnd.IntN(3) == 0 {
+				ev.Type = clientv3.EventTypeDelete
+				delete(model, key)
+			} else {
+				model[key] = strconv.Itoa(step)
+			}
+			evs = append(evs, ev)
+			rev++
+		}
+		ks.applyEvents(evs, 0)
+		ks.publish(rev)
+		kvs, _ := ks.Snapshot()
+		versions = append(versions, version{kvs, renderModel(model)})
+	}
+	for i, v := range versions {
+		if got := render("", v.kvs); got != v.want {
+			t.Fatalf("version %d now reads\n%s\nwant\n%s", i, got, v.want)
+		}
+	}
+}
+
+// renderModel renders a map of keys to values as render does a mirror.
+func renderModel(m map[string]string) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, " ")
 }
 
 // Sync returns once the mirror holds every write etcd made before it was
@@ -825,7 +904,7 @@ func TestSync(t *testing.T) {
 			t.Fatalf("Sync after write %d: %v", i, err)
 		}
 		kvs, _ := ks.Snapshot()
-		if _, ok := kvs.Search(key); !ok {
+		if _, ok := kvs.Get(key); !ok {
 			t.Fatalf("after Sync the mirror lacks %s, written before it", key)
 		}
 	}

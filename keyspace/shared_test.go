@@ -62,7 +62,7 @@ func announceAndCheck(ctx context.Context, client *clientv3.Client, prefix strin
 		return fmt.Errorf("mirror %d waiting for revision %d: %w", m, rev, err)
 	}
 	kvs, at := ks.Snapshot()
-	if _, ok := kvs.Search(key); !ok {
+	if _, ok := kvs.Get(key); !ok {
 		return fmt.Errorf("mirror %d at revision %d lacks its own key %s, written at revision %d (holds %q)", m, at, key, rev, render(prefix, kvs))
 	}
 	return nil
