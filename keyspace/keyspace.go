@@ -332,7 +332,7 @@ func (ks *KeySpace) decodeKV(raw *mvccpb.KeyValue) (any, bool) {
 func (ks *KeySpace) publish(rev int64) {
 	// The clone shares every node with ks.tree, which copies a node before
 	// its next change to it: the published version never changes.
-	kvs := KeyValues{tree: ks.tree.Clone()}
+	kvs := KeyValues{v: &version{tree: ks.tree.Clone()}}
 	ks.kvs, ks.rev = kvs, rev
 	for _, o := range ks.observers {
 		o.fn(kvs, rev)

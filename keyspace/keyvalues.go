@@ -2,6 +2,9 @@ package keyspace
 
 import (
 	"iter"
+	"sort"
+	"strings"
+	"sync"
 
 	"github.com/google/btree"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -20,16 +23,40 @@ type KeyValue struct {
 // KeyValues is an immutable set of keys, in key order, or a view of the
 // keys of such a set within a range. The zero KeyValues is empty.
 //
-// It is a copy-on-write B-tree: a change builds a new version that shares
-// every node the change does not touch with the version before. A mirror of
-// 80,000 keys under a stream of small transactions builds a version per
-// transaction; as a sorted slice, each of those copied every key (640 KB),
-// and those copies and the collector they kept busy were most of the
-// mirror's cost. A version now copies a few nodes per changed key.
+// A mirror of 80,000 keys under a stream of small transactions builds a
+// version per transaction. As a sorted slice, each version copied every key
+// (640 KB), and those copies and the collector they kept busy were most of
+// the mirror's cost. A version is now a copy-on-write B-tree, which shares
+// every node that its change did not touch with the version before; the
+// sorted slice that readers iterate and search is built from the tree on
+// first use, once per version, so only versions that someone reads pay for
+// it.
 type KeyValues struct {
-	tree *btree.BTreeG[*KeyValue]
-	// lo and hi bound a view to the keys in [lo, hi); nil is unbounded.
-	lo, hi *KeyValue
+	v *version
+	// view tells whether [i, j) of v's sorted keys bound this KeyValues;
+	// otherwise it holds all of v.
+	view bool
+	i, j int
+}
+
+// version is one version of a mirror.
+type version struct {
+	tree *btree.BTreeG[*KeyValue] // Never changed once in a version.
+	once sync.Once
+	flat []*KeyValue // tree's keys in order, once flattened
+}
+
+// sorted returns v's keys in order, building the slice on first use.
+func (v *version) sorted() []*KeyValue {
+	v.once.Do(func() {
+		flat := make([]*KeyValue, 0, v.tree.Len())
+		v.tree.Ascend(func(kv *KeyValue) bool {
+			flat = append(flat, kv)
+			return true
+		})
+		v.flat = flat
+	})
+	return v.flat
 }
 
 // degree is the B-tree's minimum number of children per inner node: a
@@ -48,99 +75,95 @@ func NewKeyValues(kvs ...*KeyValue) KeyValues {
 	for _, kv := range kvs {
 		t.ReplaceOrInsert(kv)
 	}
-	return KeyValues{tree: t}
+	return KeyValues{v: &version{tree: t}}
 }
 
-// probe returns a KeyValue that orders as key does.
-func probe(key string) *KeyValue {
-	return &KeyValue{Raw: &mvccpb.KeyValue{Key: []byte(key)}}
+// slice returns the keys of kvs in order. It shares the version's slice,
+// which must not be modified.
+func (kvs KeyValues) slice() []*KeyValue {
+	if kvs.v == nil {
+		return nil
+	}
+	s := kvs.v.sorted()
+	if kvs.view {
+		return s[kvs.i:kvs.j:kvs.j]
+	}
+	return s
 }
 
 // All returns the keys in order.
 func (kvs KeyValues) All() iter.Seq[*KeyValue] {
 	return func(yield func(*KeyValue) bool) {
-		switch {
-		case kvs.tree == nil:
-		case kvs.lo == nil && kvs.hi == nil:
-			kvs.tree.Ascend(yield)
-		case kvs.hi == nil:
-			kvs.tree.AscendGreaterOrEqual(kvs.lo, yield)
-		case kvs.lo == nil:
-			kvs.tree.AscendLessThan(kvs.hi, yield)
-		default:
-			kvs.tree.AscendRange(kvs.lo, kvs.hi, yield)
+		for _, kv := range kvs.slice() {
+			if !yield(kv) {
+				return
+			}
 		}
 	}
 }
 
-// Len returns the number of keys. It counts the keys of a view, one by one.
+// Len returns the number of keys.
 func (kvs KeyValues) Len() int {
-	if kvs.tree == nil {
+	switch {
+	case kvs.v == nil:
 		return 0
+	case kvs.view:
+		return kvs.j - kvs.i
+	default:
+		return kvs.v.tree.Len()
 	}
-	if kvs.lo == nil && kvs.hi == nil {
-		return kvs.tree.Len()
-	}
-	n := 0
-	for range kvs.All() {
-		n++
-	}
-	return n
 }
 
 // Get returns the value of key, if kvs holds it.
 func (kvs KeyValues) Get(key string) (*KeyValue, bool) {
-	if kvs.tree == nil || !kvs.within(key) {
+	if kvs.v == nil {
 		return nil, false
 	}
-	return kvs.tree.Get(probe(key))
-}
-
-// within reports whether key is within the bounds of the view.
-func (kvs KeyValues) within(key string) bool {
-	return (kvs.lo == nil || string(kvs.lo.Raw.Key) <= key) &&
-		(kvs.hi == nil || key < string(kvs.hi.Raw.Key))
+	if !kvs.view { // The tree answers without building the slice.
+		return kvs.v.tree.Get(&KeyValue{Raw: &mvccpb.KeyValue{Key: []byte(key)}})
+	}
+	s := kvs.slice()
+	i := lowerBound(s, key)
+	if i < len(s) && string(s[i].Raw.Key) == key {
+		return s[i], true
+	}
+	return nil, false
 }
 
 // Prefixed returns the view of the keys of kvs that begin with prefix.
 func (kvs KeyValues) Prefixed(prefix string) KeyValues {
-	if end, ok := prefixEnd(prefix); ok {
-		return kvs.Range(prefix, end)
-	}
-	return kvs.Range(prefix, "")
+	s := kvs.slice()
+	from := lowerBound(s, prefix)
+	// Keys from `from` on are >= prefix, so those having prefix come first.
+	n := sort.Search(len(s)-from, func(i int) bool {
+		return !strings.HasPrefix(string(s[from+i].Raw.Key), prefix)
+	})
+	return kvs.sub(from, from+n)
 }
 
-// Range returns the view of the keys of kvs in [from, to); to == "" has
-// no upper bound. The view is empty if to is not above from.
+// Range returns the view of the keys of kvs in [from, to); it is empty if
+// to is not above from.
 func (kvs KeyValues) Range(from, to string) KeyValues {
-	if kvs.lo != nil && string(kvs.lo.Raw.Key) > from {
-		from = string(kvs.lo.Raw.Key)
-	}
-	if kvs.hi != nil && (to == "" || string(kvs.hi.Raw.Key) < to) {
-		to = string(kvs.hi.Raw.Key)
-	}
-	if kvs.tree == nil || (to != "" && to <= from) {
+	if to <= from {
 		return KeyValues{}
 	}
-	v := KeyValues{tree: kvs.tree}
-	if from != "" {
-		v.lo = probe(from)
-	}
-	if to != "" {
-		v.hi = probe(to)
-	}
-	return v
+	s := kvs.slice()
+	return kvs.sub(lowerBound(s, from), lowerBound(s, to))
 }
 
-// prefixEnd returns the least key above every key that begins with prefix,
-// and false if there is none (prefix is empty or all 0xff bytes).
-func prefixEnd(prefix string) (string, bool) {
-	end := []byte(prefix)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return string(end[:i+1]), true
-		}
+// sub returns the view of kvs's keys [i, j), indices of kvs.slice().
+func (kvs KeyValues) sub(i, j int) KeyValues {
+	if i == j {
+		return KeyValues{}
 	}
-	return "", false
+	base := 0
+	if kvs.view {
+		base = kvs.i
+	}
+	return KeyValues{v: kvs.v, view: true, i: base + i, j: base + j}
+}
+
+// lowerBound returns the index of the first key of s >= key.
+func lowerBound(s []*KeyValue, key string) int {
+	return sort.Search(len(s), func(i int) bool { return string(s[i].Raw.Key) >= key })
 }

@@ -62,6 +62,21 @@ func startBrokerWith(t *testing.T, edit func(*broker.Config)) string {
 			t.Errorf("broker: %v", err)
 		}
 	})
+	// Serve RPCs only once announced: before, the broker counts no member
+	// (apply's warnings count the brokers that can hold a journal).
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for srv.Ready() != nil {
+		select {
+		case <-tick.C:
+		case err := <-done:
+			done <- err // For the cleanup.
+			t.Fatalf("broker stopped before it was ready: %v", err)
+		case <-deadline:
+			t.Fatalf("broker not ready after 30 s: %v", srv.Ready())
+		}
+	}
 	return lis.Addr().String()
 }
 
