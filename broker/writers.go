@@ -105,7 +105,7 @@ func withWriter(registers labels.Set, writer string, a lastAppend) labels.Set {
 		return registers
 	}
 	name := protocol.WriterRegisterPrefix + writer
-	registers = registers.Subtract(labels.Set{{Name: name}}).Union(labels.Set{{Name: name, Value: a.value()}})
+	registers = registers.With(name, a.value())
 	type entry struct {
 		name string
 		end  int64

@@ -194,6 +194,11 @@ func compareLabels(a, b Label) int {
 // name=value, separated by commas. The empty set is "".
 func (s Set) String() string {
 	var b strings.Builder
+	n := max(len(s)-1, 0) + len(s) // Commas and equal signs.
+	for _, l := range s {
+		n += len(l.Name) + len(l.Value)
+	}
+	b.Grow(n) // A broker writes its registers at every commit: one allocation.
 	for i, l := range s {
 		if i > 0 {
 			b.WriteByte(',')
@@ -307,6 +312,17 @@ func (s Set) Union(o Set) Set {
 	}
 	out = append(out, s[i:]...)
 	return append(out, o[j:]...)
+}
+
+// With returns s with name's labels replaced by the one label name=value.
+// It is Union(Set{{name, value}}) of s without name's labels, in one
+// allocation.
+func (s Set) With(name, value string) Set {
+	lo, hi := s.span(name)
+	out := make(Set, 0, len(s)-(hi-lo)+1)
+	out = append(out, s[:lo]...)
+	out = append(out, Label{Name: name, Value: value})
+	return append(out, s[hi:]...)
 }
 
 // Subtract returns the labels of s that o does not remove. A label of o

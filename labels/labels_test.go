@@ -310,14 +310,44 @@ func TestSubtract(t *testing.T) {
 	}
 }
 
+func TestWith(t *testing.T) {
+	for _, tc := range []struct{ a, name, value, want string }{
+		{"", "a", "x", "a=x"},
+		{"b=y", "a", "x", "a=x,b=y"},
+		{"b=y", "c", "x", "b=y,c=x"},
+		{"a=x,b=y,c=z", "b", "q", "a=x,b=q,c=z"},
+		{"a=x,b=y,b=z,c=z", "b", "q", "a=x,b=q,c=z"}, // every value of the name goes
+		{"a=x", "a", "", "a="},
+	} {
+		a := mustParse(t, tc.a)
+		aText := a.String()
+		got := a.With(tc.name, tc.value)
+		if got.String() != tc.want {
+			t.Errorf("%q with %s=%s = %q, want %q", tc.a, tc.name, tc.value, got, tc.want)
+		}
+		// It is what a subtraction of the name and a union give.
+		if want := a.Subtract(Set{{Name: tc.name}}).Union(Set{{Name: tc.name, Value: tc.value}}); !got.Equal(want) {
+			t.Errorf("%q with %s=%s = %q, but subtracting and joining gives %q", tc.a, tc.name, tc.value, got, want)
+		}
+		if err := got.Validate(); err != nil {
+			t.Errorf("%q with %s=%s: %v", tc.a, tc.name, tc.value, err)
+		}
+		if a.String() != aText {
+			t.Errorf("With modified its receiver")
+		}
+	}
+}
+
 func TestSetResultsShareNoMemory(t *testing.T) {
 	a := set(t, "a", "x", "b", "y")
 	u := a.Union(nil)
 	u[0].Value = "changed"
 	d := a.Subtract(nil)
 	d[0].Value = "changed"
+	w := a.With("b", "z")
+	w[0].Value = "changed"
 	if a[0].Value != "x" {
-		t.Errorf("a result of Union or Subtract shares its receiver's memory")
+		t.Errorf("a result of Union, Subtract or With shares its receiver's memory")
 	}
 }
 

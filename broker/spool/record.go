@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 // A commit record is
@@ -32,13 +33,17 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func (r record) encode() []byte {
-	b := make([]byte, 0, recordFixed+len(r.registers))
+func (r record) encode() []byte { return r.appendTo(nil) }
+
+// appendTo appends the encoded record to b.
+func (r record) appendTo(b []byte) []byte {
+	b = slices.Grow(b, recordFixed+len(r.registers))
+	start := len(b)
 	b = binary.LittleEndian.AppendUint32(b, uint32(8+32+len(r.registers)))
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.end))
 	b = append(b, r.sum[:]...)
 	b = append(b, r.registers...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
 var errTornRecord = errors.New("torn or damaged commit record")

@@ -31,6 +31,8 @@ type Spool struct {
 	registers string // as of the last commit
 	hash      hash.Hash
 	committed []byte // marshaled hash state at end
+	record    []byte // the last commit record's encoding, its buffer reused
+	spare     []byte // a buffer for the next hash state
 	sum       [32]byte
 	created   time.Time
 }
@@ -127,14 +129,16 @@ func (s *Spool) commit() error {
 	var sum [32]byte
 	s.hash.Sum(sum[:0])
 	rec := record{end: s.pending, sum: sum, registers: s.registers}
-	if _, err := s.commits.Write(rec.encode()); err != nil {
+	s.record = rec.appendTo(s.record[:0])
+	if _, err := s.commits.Write(s.record); err != nil {
 		return fmt.Errorf("recording commit of %s at %d: %w", s.Journal, s.pending, err)
 	}
-	state, err := s.hash.(encoding.BinaryMarshaler).MarshalBinary()
+	// Into a spare buffer: committed stays whole if this fails.
+	state, err := s.hash.(encoding.BinaryAppender).AppendBinary(s.spare[:0])
 	if err != nil {
 		return fmt.Errorf("saving spool hash state: %w", err)
 	}
-	s.end, s.sum, s.committed = s.pending, sum, state
+	s.end, s.sum, s.committed, s.spare = s.pending, sum, state, s.committed
 	return nil
 }
 

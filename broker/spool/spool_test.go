@@ -255,6 +255,10 @@ func FuzzDecodeRecord(f *testing.F) {
 		if again := r.encode(); !bytes.Equal(again, b[:n]) {
 			t.Fatalf("re-encoding differs")
 		}
+		// Appended after other bytes, the record encodes the same.
+		if after := r.appendTo([]byte("prefix")); string(after[:6]) != "prefix" || !bytes.Equal(after[6:], b[:n]) {
+			t.Fatalf("appending the record after other bytes encodes it differently")
+		}
 	})
 }
 
