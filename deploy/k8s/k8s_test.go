@@ -617,6 +617,33 @@ func TestGraceOutlastsDrain(t *testing.T) {
 	})
 }
 
+// TestBrokerCollector: brokers collect less often than Go's default, and
+// within their memory request: GOGC above 100, and GOMEMLIMIT read from the
+// container's own request, which must be set.
+func TestBrokerCollector(t *testing.T) {
+	eachRendering(t, func(t *testing.T, c *cluster) {
+		ws, cs := ofRole(c, broker)
+		for i, ctr := range cs {
+			who := ws[i].String() + ": " + ctr.Name
+			env := map[string]corev1.EnvVar{}
+			for _, e := range ctr.Env {
+				env[e.Name] = e
+			}
+			if g, err := strconv.Atoi(env["GOGC"].Value); err != nil || g <= 100 {
+				t.Errorf("%s: GOGC %q, want an integer above 100", who, env["GOGC"].Value)
+			}
+			ref := env["GOMEMLIMIT"].ValueFrom
+			if ref == nil || ref.ResourceFieldRef == nil || ref.ResourceFieldRef.Resource != "requests.memory" ||
+				(ref.ResourceFieldRef.ContainerName != "" && ref.ResourceFieldRef.ContainerName != ctr.Name) {
+				t.Errorf("%s: GOMEMLIMIT %+v, want the container's requests.memory", who, env["GOMEMLIMIT"])
+			}
+			if _, ok := ctr.Resources.Requests[corev1.ResourceMemory]; !ok {
+				t.Errorf("%s: no memory request, which GOMEMLIMIT reads", who)
+			}
+		}
+	})
+}
+
 func selects(t *testing.T, who string, sel *metav1.LabelSelector, w workload) bool {
 	t.Helper()
 	s, err := metav1.LabelSelectorAsSelector(sel)
