@@ -419,7 +419,7 @@ func (r *replica) commit(p *pipeline, registers labels.Set, carrier *protocol.Re
 		err = r.propose(p, carrier)
 	}
 	if err == nil {
-		err = s.Commit(registers.String())
+		err = s.Commit(registers)
 	}
 	if err != nil {
 		// Some peers may have committed it: until the next pipeline

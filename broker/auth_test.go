@@ -60,6 +60,13 @@ func newAuthFleet(t *testing.T) *authFleet {
 			f.entry = b
 		}
 	}
+	// Raw appends to the entry do not retry: wait until its view holds the
+	// route that the List above read.
+	rev := resp.Header.GetRevision()
+	if _, err := c.ClientWith(f.entry, auth.StaticToken(f.admin)).List(context.Background(),
+		&protocol.ListRequest{Selector: "name=orders/a", WaitForRevision: rev}); err != nil {
+		t.Fatalf("List at the entry, waiting for revision %d: %v", rev, err)
+	}
 	return f
 }
 

@@ -664,14 +664,14 @@ func TestRecoveredSpoolDivergingFromPrimaryIsQuarantined(t *testing.T) {
 	c.appendRetry(b1, "log/diverged", []byte("theirs\n"))
 
 	dir := t.TempDir() // A broker's disk, with its spool of the journal.
-	s, err := spool.Create(dir, "log/diverged", 0, "")
+	s, err := spool.Create(dir, "log/diverged", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Write([]byte("shared\nmine\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(""); err != nil {
+	if err := s.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -264,7 +264,7 @@ func holdLone(t *testing.T, primary, b *testBroker, journal string) {
 	if _, err := s.Write([]byte("lone\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(r.registers.String()); err != nil {
+	if err := s.Commit(r.registers); err != nil {
 		t.Fatal(err)
 	}
 	r.committed()

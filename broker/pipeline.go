@@ -350,7 +350,7 @@ func (r *replica) copyFrom(ctx context.Context, endpoint string, begin, at int64
 		err = fmt.Errorf("it ends at offset %d", head)
 	}
 	if err == nil {
-		err = s.Commit(registers.String())
+		err = s.Commit(registers)
 	}
 	if err != nil {
 		s.Rollback()

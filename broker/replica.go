@@ -589,7 +589,7 @@ func (r *replica) startSpool(latest *spool.Recovered) error {
 	defer r.release()
 	r.recoverRegisters(latest)
 	r.resumeRegisters(latest)
-	s, err := spool.Create(r.srv.cfg.Dir, r.journal, r.index.end(), r.registers.String())
+	s, err := spool.Create(r.srv.cfg.Dir, r.journal, r.index.end(), r.registers)
 	if err != nil {
 		return err
 	}
@@ -687,7 +687,7 @@ func (r *replica) roll(at int64) error {
 		}
 		f = r.indexRolled(spec, old)
 	}
-	s, err := spool.Create(r.srv.cfg.Dir, r.journal, at, r.registers.String())
+	s, err := spool.Create(r.srv.cfg.Dir, r.journal, at, r.registers)
 	if err != nil {
 		return err // The old spool stays current, and indexed: both serve its content.
 	}

@@ -132,7 +132,7 @@ func (r *replica) applyProposal(req *protocol.ReplicateRequest) (protocol.Status
 	pending, committed := fragmentOf(s, true), fragmentOf(s, false)
 	switch {
 	case sameFragment(p, pending) && p.End > s.End():
-		if err := s.Commit(registers.String()); err != nil {
+		if err := s.Commit(registers); err != nil {
 			return 0, err
 		}
 		if err := r.maybeSync(); err != nil {

@@ -198,7 +198,7 @@ func (s Set) String() string {
 	for _, l := range s {
 		n += len(l.Name) + len(l.Value)
 	}
-	b.Grow(n) // A broker writes its registers at every commit: one allocation.
+	b.Grow(n) // One allocation.
 	for i, l := range s {
 		if i > 0 {
 			b.WriteByte(',')
@@ -208,6 +208,19 @@ func (s Set) String() string {
 		b.WriteString(l.Value)
 	}
 	return b.String()
+}
+
+// Append appends the text of s, as String gives it, to b.
+func (s Set) Append(b []byte) []byte {
+	for i, l := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, l.Name...)
+		b = append(b, '=')
+		b = append(b, l.Value...)
+	}
+	return b
 }
 
 // Validate returns an error if a name or value of s is invalid, or if s is

@@ -310,6 +310,15 @@ func TestSubtract(t *testing.T) {
 	}
 }
 
+func TestAppendIsString(t *testing.T) {
+	for _, text := range []string{"", "a=x", "a=,a=x,b=y", "app=clicks,region=eu,region=us"} {
+		s := mustParse(t, text)
+		if got := string(s.Append([]byte("<"))); got != "<"+s.String() || s.String() != text {
+			t.Errorf("%q: Append gives %q after \"<\", String %q", text, got, s.String())
+		}
+	}
+}
+
 func TestWith(t *testing.T) {
 	for _, tc := range []struct{ a, name, value, want string }{
 		{"", "a", "x", "a=x"},

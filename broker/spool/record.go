@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"slices"
 )
 
 // A commit record is
@@ -33,17 +32,26 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func (r record) encode() []byte { return r.appendTo(nil) }
+func (r record) encode() []byte {
+	b, _ := appendRecord(nil, r.end, r.sum, func(b []byte) []byte { return append(b, r.registers...) })
+	return b
+}
 
-// appendTo appends the encoded record to b.
-func (r record) appendTo(b []byte) []byte {
-	b = slices.Grow(b, recordFixed+len(r.registers))
+// appendRecord appends to b the commit record of end, sum and the
+// registers' text that appendRegisters appends (written in place, since a
+// broker commits its registers with every append).
+func appendRecord(b []byte, end int64, sum [32]byte, appendRegisters func([]byte) []byte) ([]byte, error) {
 	start := len(b)
-	b = binary.LittleEndian.AppendUint32(b, uint32(8+32+len(r.registers)))
-	b = binary.LittleEndian.AppendUint64(b, uint64(r.end))
-	b = append(b, r.sum[:]...)
-	b = append(b, r.registers...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+	b = binary.LittleEndian.AppendUint32(b, 0) // The length, once known.
+	b = binary.LittleEndian.AppendUint64(b, uint64(end))
+	b = append(b, sum[:]...)
+	b = appendRegisters(b)
+	n := len(b) - start - 4
+	if n-8-32 > maxRegisters {
+		return b[:start], fmt.Errorf("registers of %d bytes: a commit record holds at most %d", n-8-32, maxRegisters)
+	}
+	binary.LittleEndian.PutUint32(b[start:], uint32(n))
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli)), nil
 }
 
 var errTornRecord = errors.New("torn or damaged commit record")

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/quire-dev/quire/labels"
 )
 
 // Spool is a fragment being written on local disk. It is not safe for
@@ -28,7 +30,7 @@ type Spool struct {
 
 	end       int64  // committed end offset
 	pending   int64  // end offset including pending content
-	registers string // as of the last commit
+	registers labels.Set // as of the last commit
 	hash      hash.Hash
 	committed []byte // marshaled hash state at end
 	record    []byte // the last commit record's encoding, its buffer reused
@@ -52,7 +54,7 @@ func paths(root, journal string, begin int64) (content, commits string) {
 
 // Create starts an empty spool of journal at offset begin beneath root. A
 // spool of the same journal and begin must not exist.
-func Create(root, journal string, begin int64, registers string) (*Spool, error) {
+func Create(root, journal string, begin int64, registers labels.Set) (*Spool, error) {
 	if begin < 0 {
 		return nil, fmt.Errorf("creating spool of %s: begin offset %d is negative", journal, begin)
 	}
@@ -98,9 +100,6 @@ func (s *Spool) PendingSum() [32]byte {
 	return sum
 }
 
-// Registers are the journal's registers as of the last commit.
-func (s *Spool) Registers() string { return s.registers }
-
 // Write appends pending content.
 func (s *Spool) Write(p []byte) (int, error) {
 	if s.closed.Load() {
@@ -117,7 +116,7 @@ func (s *Spool) Write(p []byte) (int, error) {
 
 // Commit makes the pending content committed, with the journal's registers
 // after it. It does not sync; see Sync.
-func (s *Spool) Commit(registers string) error {
+func (s *Spool) Commit(registers labels.Set) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -128,9 +127,12 @@ func (s *Spool) Commit(registers string) error {
 func (s *Spool) commit() error {
 	var sum [32]byte
 	s.hash.Sum(sum[:0])
-	rec := record{end: s.pending, sum: sum, registers: s.registers}
-	s.record = rec.appendTo(s.record[:0])
-	if _, err := s.commits.Write(s.record); err != nil {
+	rec, err := appendRecord(s.record[:0], s.pending, sum, s.registers.Append)
+	if err != nil {
+		return fmt.Errorf("recording commit of %s at %d: %w", s.Journal, s.pending, err)
+	}
+	s.record = rec
+	if _, err := s.commits.Write(rec); err != nil {
 		return fmt.Errorf("recording commit of %s at %d: %w", s.Journal, s.pending, err)
 	}
 	// Into a spare buffer: committed stays whole if this fails.

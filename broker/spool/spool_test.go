@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/quire-dev/quire/labels"
 )
 
 func mustWrite(t *testing.T, s *Spool, data string) {
@@ -21,7 +23,11 @@ func mustWrite(t *testing.T, s *Spool, data string) {
 
 func mustCommit(t *testing.T, s *Spool, registers string) {
 	t.Helper()
-	if err := s.Commit(registers); err != nil {
+	set, err := labels.Parse(registers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(set); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -42,7 +48,7 @@ func readAll(t *testing.T, r *Recovered) string {
 
 func TestCommitRollbackRead(t *testing.T) {
 	root := t.TempDir()
-	s, err := Create(root, "a/b", 100, "")
+	s, err := Create(root, "a/b", 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +87,7 @@ func TestCommitRollbackRead(t *testing.T) {
 // appears: its files are recovered to the last commit.
 func TestRecoverAfterProcessCrash(t *testing.T) {
 	root := t.TempDir()
-	s, err := Create(root, "logs/x", 0, "")
+	s, err := Create(root, "logs/x", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +154,7 @@ func TestRecoverDamage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			s, err := Create(root, "j", 0, "")
+			s, err := Create(root, "j", 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,7 +197,7 @@ func TestRecoverManyJournalsInOrder(t *testing.T) {
 		name  string
 		begin int64
 	}{{"b/x", 20}, {"a", 5}, {"b/x", 3}, {"a/y", 0}} {
-		s, err := Create(root, j.name, j.begin, "")
+		s, err := Create(root, j.name, j.begin, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,16 +234,34 @@ func TestRecoverManyJournalsInOrder(t *testing.T) {
 
 func TestCreateRefusesExisting(t *testing.T) {
 	root := t.TempDir()
-	s, err := Create(root, "j", 0, "")
+	s, err := Create(root, "j", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Remove()
-	if _, err := Create(root, "j", 0, ""); err == nil {
+	if _, err := Create(root, "j", 0, nil); err == nil {
 		t.Fatal("created a spool over an existing one")
 	}
-	if _, err := Create(root, "j", -1, ""); err == nil {
+	if _, err := Create(root, "j", -1, nil); err == nil {
 		t.Fatal("created a spool at a negative offset")
+	}
+}
+
+// A commit whose registers a record cannot hold fails, rather than write
+// a record that recovery would take for damage.
+func TestCommitRefusesRegistersTooLarge(t *testing.T) {
+	s, err := Create(t.TempDir(), "j", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Remove()
+	mustWrite(t, s, "abc")
+	huge := labels.Set{{Name: "big", Value: string(make([]byte, maxRegisters))}}
+	if err := s.Commit(huge); err == nil {
+		t.Fatal("committed registers of more than maxRegisters bytes")
+	}
+	if s.End() != 0 {
+		t.Errorf("end %d after a failed commit, want 0", s.End())
 	}
 }
 
@@ -256,7 +280,8 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("re-encoding differs")
 		}
 		// Appended after other bytes, the record encodes the same.
-		if after := r.appendTo([]byte("prefix")); string(after[:6]) != "prefix" || !bytes.Equal(after[6:], b[:n]) {
+		after, err := appendRecord([]byte("prefix"), r.end, r.sum, func(b []byte) []byte { return append(b, r.registers...) })
+		if err != nil || string(after[:6]) != "prefix" || !bytes.Equal(after[6:], b[:n]) {
 			t.Fatalf("appending the record after other bytes encodes it differently")
 		}
 	})
@@ -326,7 +351,7 @@ func waitBriefly() { runtime.Gosched() }
 func TestRecoverSkipsSpoolsMovedAside(t *testing.T) {
 	root := t.TempDir()
 	for _, journal := range []string{"logs/kept", "logs/moved"} {
-		s, err := Create(root, journal, 0, "")
+		s, err := Create(root, journal, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
