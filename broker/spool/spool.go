@@ -28,8 +28,8 @@ type Spool struct {
 	commits *os.File
 	closed  atomic.Bool // Files stay set once closed, so that a concurrent ReadAt fails cleanly.
 
-	end       int64  // committed end offset
-	pending   int64  // end offset including pending content
+	end       int64      // committed end offset
+	pending   int64      // end offset including pending content
 	registers labels.Set // as of the last commit
 	hash      hash.Hash
 	committed []byte // marshaled hash state at end
