@@ -122,6 +122,7 @@ func (c *Client) Append(ctx context.Context, req AppendRequest, r io.Reader) (*p
 const maxRedirects = 3
 
 func (c *Client) append(ctx context.Context, req *AppendRequest, body content) (*protocol.Fragment, error) {
+	defer body.release() // Every attempt has returned: no chunk is in use.
 	first := req.proto()
 	first.Header = c.router.header()
 	// Every attempt of this append carries the same identity: a retry

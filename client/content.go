@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
+	"sync"
 )
 
 // content is the content of an Append: a sequence of chunks that can be
@@ -15,6 +17,8 @@ type content interface {
 	// rewind prepares to replay the content from the start, or returns an
 	// error wrapping ErrNotReplayable.
 	rewind() error
+	// release is called once the append is over, when no chunk is in use.
+	release()
 }
 
 // bytesContent is content held in memory.
@@ -38,6 +42,8 @@ func (b *bytesContent) rewind() error {
 	return nil
 }
 
+func (b *bytesContent) release() {}
+
 // readerContent is content read from an io.Reader. If the reader is also a
 // working io.Seeker, rewind seeks back to where it started. Otherwise the
 // chunks read are kept, as long as they total at most limit bytes, and
@@ -53,6 +59,8 @@ type readerContent struct {
 	overflow bool  // More than limit bytes were read: kept is incomplete.
 	replay   int   // Index in kept of the next chunk to replay.
 	err      error // From the last read of r; returned once its data is.
+
+	pooled [][]byte // chunks of a seeker's content, for release
 }
 
 // contentOf returns r as content; a nil r is empty content.
@@ -78,7 +86,13 @@ func (c *readerContent) next(max int) ([]byte, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	chunk := make([]byte, chunkHint(c.r, max))
+	var chunk []byte
+	if c.seeker != nil { // Not kept: its chunks may serve the next appends.
+		chunk = getChunk(chunkHint(c.r, max))
+		c.pooled = append(c.pooled, chunk)
+	} else {
+		chunk = make([]byte, chunkHint(c.r, max))
+	}
 	var n int
 	for tries := 0; n == 0 && c.err == nil; tries++ {
 		if tries == 100 {
@@ -102,6 +116,49 @@ func (c *readerContent) next(max int) ([]byte, error) {
 	}
 	// An error that came with data is returned by the next call.
 	return chunk, nil
+}
+
+func (c *readerContent) release() {
+	for _, b := range c.pooled {
+		putChunk(b)
+	}
+	c.pooled = nil
+}
+
+// Chunks of content read from an io.Seeker come from pools, by size
+// class, and go back to them when the append is over: a chunk is dead once
+// its message is sent (the codec copies it), and a seeker is read again
+// for a retry rather than kept. An append of 1 KiB from a bytes.Reader
+// allocated its chunk each time, a third of the client's allocations.
+const (
+	minPooledChunk = 512
+	maxPooledChunk = minPooledChunk << (len(chunkPools) - 1) // 64 KiB
+)
+
+// chunkPools[i] holds *[]byte of capacity minPooledChunk<<i.
+var chunkPools [8]sync.Pool
+
+// getChunk returns a buffer of length n, pooled if n is at most
+// maxPooledChunk.
+func getChunk(n int) []byte {
+	if n > maxPooledChunk {
+		return make([]byte, n)
+	}
+	i := bits.Len(uint(max(n, 1)-1) / minPooledChunk) // the least i with minPooledChunk<<i >= n
+	if p, ok := chunkPools[i].Get().(*[]byte); ok {
+		return (*p)[:n]
+	}
+	return make([]byte, n, minPooledChunk<<i)
+}
+
+// putChunk gives a buffer of getChunk back to its pool.
+func putChunk(b []byte) {
+	c := cap(b)
+	if c < minPooledChunk || c > maxPooledChunk || c&(c-1) != 0 {
+		return // Not one of getChunk's pooled buffers.
+	}
+	b = b[:0]
+	chunkPools[bits.Len(uint(c/minPooledChunk))-1].Put(&b)
 }
 
 func (c *readerContent) rewind() error {
