@@ -28,9 +28,8 @@ type Spool struct {
 	commits *os.File
 	closed  atomic.Bool // Files stay set once closed, so that a concurrent ReadAt fails cleanly.
 
-	end       int64      // committed end offset
-	pending   int64      // end offset including pending content
-	registers labels.Set // as of the last commit
+	end       int64 // committed end offset
+	pending   int64 // end offset including pending content
 	hash      hash.Hash
 	committed []byte // marshaled hash state at end
 	record    []byte // the last commit record's encoding, its buffer reused
@@ -73,8 +72,8 @@ func Create(root, journal string, begin int64, registers labels.Set) (*Spool, er
 		return nil, fmt.Errorf("creating spool of %s at %d: %w", journal, begin, err)
 	}
 	s := &Spool{Journal: journal, Begin: begin, content: content, commits: commits,
-		end: begin, pending: begin, registers: registers, hash: sha256.New(), created: time.Now()}
-	if err := s.commit(); err != nil {
+		end: begin, pending: begin, hash: sha256.New(), created: time.Now()}
+	if err := s.commit(registers); err != nil {
 		s.Remove()
 		return nil, err
 	}
@@ -120,14 +119,13 @@ func (s *Spool) Commit(registers labels.Set) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	s.registers = registers
-	return s.commit()
+	return s.commit(registers)
 }
 
-func (s *Spool) commit() error {
+func (s *Spool) commit(registers labels.Set) error {
 	var sum [32]byte
 	s.hash.Sum(sum[:0])
-	rec, err := appendRecord(s.record[:0], s.pending, sum, s.registers.Append)
+	rec, err := appendRecord(s.record[:0], s.pending, sum, registers.Append)
 	if err != nil {
 		return fmt.Errorf("recording commit of %s at %d: %w", s.Journal, s.pending, err)
 	}
