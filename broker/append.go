@@ -416,6 +416,7 @@ func (r *replica) commit(p *pipeline, registers labels.Set, carrier *protocol.Re
 			carrier = new(protocol.ReplicateRequest)
 		}
 		carrier.Proposal, carrier.Registers, carrier.Acknowledge = fragmentOf(s, true), protocol.ProtoLabels(registers), true
+		carrier.OmitRegisters = true // propose reads the answers' status only.
 		err = r.propose(p, carrier)
 	}
 	if err == nil {

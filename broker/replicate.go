@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/quire-dev/quire/auth"
+	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
 
@@ -108,7 +109,7 @@ func (r *replica) applyReplicate(ctx context.Context, stream protocol.Journal_Re
 	if !req.Acknowledge && status == protocol.Status_OK {
 		return nil
 	}
-	resp := &protocol.ReplicateResponse{Status: status, Registers: protocol.ProtoLabels(registers), RegistersKnown: known}
+	resp := answerProposal(req, status, registers, known)
 	if status != protocol.Status_OK {
 		_, route, _ := r.view()
 		resp.Header, resp.Fragment = r.srv.header(route), fragmentOf(r.spool(), false)
@@ -182,4 +183,17 @@ func (r *replica) maybeSync() error {
 func (s *Server) requireReplicate(ctx context.Context, journal string) error {
 	spec, _, _ := s.resolve(ctx, journal, 0)
 	return s.require(ctx, auth.Replicate, journal, spec)
+}
+
+// answerProposal is a replica's answer to proposal req, with status,
+// given the registers it held before the proposal and whether it knew
+// them. An OK answer to a proposal that commits appends carries no
+// registers, which its primary does not read: at R=3, peers' registers
+// were a tenth of the bytes allocated per small append.
+func answerProposal(req *protocol.ReplicateRequest, status protocol.Status, registers labels.Set, known bool) *protocol.ReplicateResponse {
+	resp := &protocol.ReplicateResponse{Status: status, RegistersKnown: known}
+	if !req.OmitRegisters || status != protocol.Status_OK {
+		resp.Registers = protocol.ProtoLabels(registers)
+	}
+	return resp
 }

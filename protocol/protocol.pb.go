@@ -1100,7 +1100,12 @@ type ReplicateRequest struct {
 	// primary, be rolled past, and be lost with this replica, and a reader
 	// must never have seen it. (A primary that predates the field never
 	// sends it: its peers serve their current spool through it.)
-	Acknowledged  int64 `protobuf:"varint,8,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
+	Acknowledged int64 `protobuf:"varint,8,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
+	// The answer to this proposal need carry no registers if it is OK: the
+	// primary sets it on the proposals that commit appends, whose answers it
+	// reads only for their status. (A replica that predates the field sends
+	// its registers all the same.)
+	OmitRegisters bool `protobuf:"varint,9,opt,name=omit_registers,json=omitRegisters,proto3" json:"omit_registers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1191,6 +1196,13 @@ func (x *ReplicateRequest) GetAcknowledged() int64 {
 	return 0
 }
 
+func (x *ReplicateRequest) GetOmitRegisters() bool {
+	if x != nil {
+		return x.OmitRegisters
+	}
+	return false
+}
+
 type ReplicateResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
@@ -1198,7 +1210,8 @@ type ReplicateResponse struct {
 	// The replica's spool, with PROPOSAL_MISMATCH.
 	Fragment *Fragment `protobuf:"bytes,3,opt,name=fragment,proto3" json:"fragment,omitempty"`
 	// The journal's registers as the replica held them before the proposal
-	// answered, in every acknowledgement, and whether it knew them: it has
+	// answered (in every answer but an OK one to a proposal with
+	// omit_registers), and whether it knew them: it has
 	// taken a primary's proposal, or recovered them from its disk, since it
 	// started (a replica new to the journal does not know them). A primary
 	// that does not know them adopts those of a peer that does.
@@ -2752,7 +2765,7 @@ const file_protocol_proto_rawDesc = "" +
 	"\x03tag\x18\x06 \x01(\x04R\x03tag\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\a \x01(\x05R\terrorCode\x12#\n" +
-	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"\xcc\x02\n" +
+	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"\xf3\x02\n" +
 	"\x10ReplicateRequest\x12.\n" +
 	"\x06header\x18\x01 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\tR\ajournal\x124\n" +
@@ -2761,7 +2774,8 @@ const file_protocol_proto_rawDesc = "" +
 	"\acontent\x18\x05 \x01(\fR\acontent\x12#\n" +
 	"\rcontent_delta\x18\x06 \x01(\x03R\fcontentDelta\x12 \n" +
 	"\vacknowledge\x18\a \x01(\bR\vacknowledge\x12\"\n" +
-	"\facknowledged\x18\b \x01(\x03R\facknowledged\"\x87\x02\n" +
+	"\facknowledged\x18\b \x01(\x03R\facknowledged\x12%\n" +
+	"\x0eomit_registers\x18\t \x01(\bR\romitRegisters\"\x87\x02\n" +
 	"\x11ReplicateResponse\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.quire.protocol.StatusR\x06status\x12.\n" +
 	"\x06header\x18\x02 \x01(\v2\x16.quire.protocol.HeaderR\x06header\x124\n" +
