@@ -23,14 +23,14 @@ type KeyValue struct {
 // KeyValues is an immutable set of keys, in key order, or a view of the
 // keys of such a set within a range. The zero KeyValues is empty.
 //
-// A mirror of 80,000 keys under a stream of small transactions builds a
-// version per transaction. As a sorted slice, each version copied every key
-// (640 KB), and those copies and the collector they kept busy were most of
-// the mirror's cost. A version is now a copy-on-write B-tree, which shares
-// every node that its change did not touch with the version before; the
-// sorted slice that readers iterate and search is built from the tree on
-// first use, once per version, so only versions that someone reads pay for
-// it.
+// A version is a copy-on-write B-tree, which shares every node that its
+// change did not touch with the version before; the sorted slice that
+// readers iterate and search is built from the tree on first use, once
+// per version. A mirror of 80,000 keys under a stream of small
+// transactions builds a version per transaction: as sorted slices, each
+// would copy every key (640 KB), and those copies and the collector they
+// keep busy were most of the mirror's cost. As trees, only versions that
+// someone reads pay for a slice.
 type KeyValues struct {
 	v *version
 	// view tells whether [i, j) of v's sorted keys bound this KeyValues;
