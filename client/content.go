@@ -128,8 +128,9 @@ func (c *readerContent) release() {
 // Chunks of content read from an io.Seeker come from pools, by size
 // class, and go back to them when the append is over: a chunk is dead once
 // its message is sent (the codec copies it), and a seeker is read again
-// for a retry rather than kept. An append of 1 KiB from a bytes.Reader
-// allocated its chunk each time, a third of the client's allocations.
+// for a retry rather than kept. Otherwise an append of 1 KiB from a
+// bytes.Reader allocates its chunk each time: a third of the client's
+// allocations.
 const (
 	minPooledChunk = 512
 	maxPooledChunk = minPooledChunk << (len(chunkPools) - 1) // 64 KiB
