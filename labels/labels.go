@@ -193,21 +193,11 @@ func compareLabels(a, b Label) int {
 // "app=clicks,region=eu,region=us": its labels in order, each written
 // name=value, separated by commas. The empty set is "".
 func (s Set) String() string {
-	var b strings.Builder
 	n := max(len(s)-1, 0) + len(s) // Commas and equal signs.
 	for _, l := range s {
 		n += len(l.Name) + len(l.Value)
 	}
-	b.Grow(n) // One allocation.
-	for i, l := range s {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(l.Name)
-		b.WriteByte('=')
-		b.WriteString(l.Value)
-	}
-	return b.String()
+	return string(s.Append(make([]byte, 0, n)))
 }
 
 // Append appends the text of s, as String gives it, to b.

@@ -32,11 +32,6 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func (r record) encode() []byte {
-	b, _ := appendRecord(nil, r.end, r.sum, func(b []byte) []byte { return append(b, r.registers...) })
-	return b
-}
-
 // appendRecord appends to b the commit record of end, sum and the
 // registers' text that appendRegisters appends (written in place, since a
 // broker commits its registers with every append).

@@ -265,6 +265,12 @@ func TestCommitRefusesRegistersTooLarge(t *testing.T) {
 	}
 }
 
+// encode is r's record, as a commit appends it.
+func (r record) encode() []byte {
+	b, _ := appendRecord(nil, r.end, r.sum, func(b []byte) []byte { return append(b, r.registers...) })
+	return b
+}
+
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(record{end: 5, registers: "a=b"}.encode())
 	f.Add([]byte{})
