@@ -95,11 +95,21 @@ func (jsonFraming) Marshal(m Message, w *bufio.Writer) error {
 	return err
 }
 
-// encode writes m's JSON and a newline to e.buf, with json/v2 if it
-// encodes m's type as encoding/json does, else (or if json/v2 fails, as
-// it does on invalid UTF-8) with encoding/json.
+// encode writes m's JSON and a newline to e.buf: with the type's
+// flatCodec if it has one and it does not decline, else with json/v2 if
+// it encodes m's type as encoding/json does, else (or if json/v2 fails,
+// as it does on invalid UTF-8) with encoding/json.
 func (e *jsonEncoder) encode(m Message) error {
-	if !jsonTypeOf(m).encodeV1.Load() {
+	t := jsonTypeOf(m)
+	if t.flat != nil {
+		buf, ok := t.flat.encode(e.buf, reflect.ValueOf(m).Elem())
+		if ok {
+			e.buf = buf
+			return nil
+		}
+		e.buf = e.buf[:0]
+	}
+	if !t.encodeV1.Load() {
 		err := jsonv2.MarshalEncode(e.v2, m) // Appends the newline.
 		if err == nil {
 			return nil
@@ -180,12 +190,16 @@ func skipLine(r *bufio.Reader, err error) (int64, error) {
 	return n, err
 }
 
-// Unmarshal decodes the JSON of frame into m, as encoding/json would: it
+// Unmarshal decodes the JSON of frame into m, as encoding/json would (with
+// the type's flatCodec if it has one and it does not decline): it
 // leaves the fields of m that frame lacks as they were, matches names
 // case-insensitively, and calls the methods of json.Unmarshaler and
 // encoding.TextUnmarshaler. Its errors are those of encoding/json.
 func (jsonFraming) Unmarshal(frame []byte, m Message) error {
 	t := jsonTypeOf(m)
+	if t.flat != nil && t.flat.decode(frame, reflect.ValueOf(m).Elem()) {
+		return nil
+	}
 	if !t.decodeV1.Load() {
 		if jsonv2.Unmarshal(frame, m, jsonDecodeOptions) == nil {
 			return nil
@@ -210,8 +224,9 @@ var jsonDecodeOptions = jsonv2.JoinOptions(
 	jsonv1.ReportErrorsWithLegacySemantics(false),
 )
 
-// jsonType is what the framing knows of a message type: whether json/v2
-// encodes and decodes it as encoding/json does.
+// jsonType is what the framing knows of a message type: its flatCodec, if
+// it has one, and whether json/v2 encodes and decodes it as encoding/json
+// does.
 //
 // json/v2 under encoding/json's options encodes and decodes as
 // encoding/json does (that is how Go's encoding/json is built under
@@ -227,6 +242,7 @@ var jsonDecodeOptions = jsonv2.JoinOptions(
 // always encoding/json's. If encoding/json decodes a frame that json/v2
 // did not, the type is marked to decode with encoding/json from then on.
 type jsonType struct {
+	flat     *flatCodec // Tried first, if not nil.
 	encodeV1 atomic.Bool
 	decodeV1 atomic.Bool
 }
@@ -239,7 +255,7 @@ func jsonTypeOf(m Message) *jsonType {
 	if t, ok := jsonTypes.Load(rt); ok {
 		return t.(*jsonType)
 	}
-	t := new(jsonType)
+	t := &jsonType{flat: newFlatCodec(rt)}
 	t.encodeV1.Store(jsonNeedsV1(rt, false, make(map[reflect.Type]bool)))
 	t.decodeV1.Store(jsonNeedsV1(rt, true, make(map[reflect.Type]bool)))
 	actual, _ := jsonTypes.LoadOrStore(rt, t)

@@ -107,6 +107,43 @@ func (m *richJSONMessage) GetUUID() message.UUID                     { return m.
 func (m *richJSONMessage) SetUUID(u message.UUID)                    { m.UUID = u }
 func (m *richJSONMessage) NewAcknowledgement(string) message.Message { return new(richJSONMessage) }
 
+// flatJSONMessage has only fields that the framing's fast codec for flat
+// structs encodes and decodes itself, and some that it leaves to the
+// general path: a slice, a map, a pointer, a json.Number.
+type flatJSONMessage struct {
+	UUID     message.UUID      `json:"uuid"`
+	Name     string            `json:"name"`
+	Label    flatLabel         `json:"label,omitempty"`
+	Flag     bool              `json:"flag"`
+	Count    int64             `json:"count"`
+	Small    int8              `json:"small,omitempty"`
+	Int      int               `json:"int"`
+	I16      int16             `json:"i16"`
+	I32      int32             `json:"i32"`
+	Unsigned uint16            `json:"unsigned"`
+	U8       uint8             `json:"u8,omitempty"`
+	U32      uint32            `json:"u32"`
+	U64      uint64            `json:"u64"`
+	Ratio    float64           `json:"ratio"`
+	F32      float32           `json:"f32,omitempty"`
+	Wait     time.Duration     `json:"wait,omitempty"`
+	Tags     []string          `json:"tags,omitempty"`
+	Attrs    map[string]string `json:"attrs,omitempty"`
+	Ptr      *string           `json:"ptr,omitempty"`
+	N        json.Number       `json:"n,omitempty"`
+	Dash     string            `json:"-,"`
+	Skipped  string            `json:"-"`
+	Untagged string
+	//lint:ignore U1000 an unexported field, which encoding/json skips.
+	unexported int
+}
+
+type flatLabel string
+
+func (m *flatJSONMessage) GetUUID() message.UUID                     { return m.UUID }
+func (m *flatJSONMessage) SetUUID(u message.UUID)                    { m.UUID = u }
+func (m *flatJSONMessage) NewAcknowledgement(string) message.Message { return new(flatJSONMessage) }
+
 // jsonNumberMessage has an encoding/json.Number, which json/v2 does not
 // know.
 type jsonNumberMessage struct {
@@ -258,12 +295,24 @@ var jsonCompatFrames = []string{
 	`{"count":01}`,
 	`{"count":-}`,
 	`{"name":"\x01"}`,
+	// For flatJSONMessage, whose fast codec reads some of these itself.
+	`{"uuid":"c232ab00-9414-11ec-b3c8-9f6bdeced846","name":"n","label":"l","flag":false,"count":-9223372036854775808,"int":-1,"i16":32767,"i32":-2147483648,"unsigned":65535,"u8":255,"u32":4294967295,"u64":18446744073709551615,"ratio":-1.5e-7,"f32":3.4028235e38,"wait":1000,"-":"dash","Untagged":"u"}`,
+	`{"uuid":"00000000-0000-0000-0000-000000000000","u64":18446744073709551616,"i16":-32769,"f32":3.5e38}`,
+	`{"name":"esc \" \\ \/ \b \f \n \r \t","label":"ü 😀","count":-0,"ratio":-0,"u8":256}`,
+	`{"count":1,"count":2,"name":"a","name":"b"}`,
+	`{"i32":2147483648}`, `{"int":9223372036854775807}`, `{"int":-9223372036854775809}`,
+	`{"u32":-0}`, `{"ratio":1E+2}`, `{"ratio":1.}`, `{"ratio":.5}`, `{"ratio":1e}`, `{"ratio":-}`,
+	`{"flag":true }`, `{"flag":truex}`, `{"flag":nul}`, `{"n":1.5}`, `{"tags":[]}`,
+	`{"uuid":"C232AB00-9414-11EC-B3C8-9F6BDECED846"}`, `{"uuid":"c232ab00-9414-41ec-b3c8-9f6bdeced846"}`,
+	`{"uuid":"c232ab00\u002d9414-11ec-b3c8-9f6bdeced846"}`, `{"na\u006de":"escaped key"}`,
+	"{\"name\":\"tab\tinside\"}", "{\"name\":\"a\"}\n\n", `{"name":"a"} ,`, `{ }`, ` {}`, `{"":1}`, `{"count":1 "name":"a"}`,
 }
 
 func TestJSONUnmarshalLikeEncodingJSON(t *testing.T) {
 	types := map[string]func() message.Message{
 		"rich":     func() message.Message { return new(richJSONMessage) },
 		"framing":  func() message.Message { return new(framingJSONMessage) },
+		"flat":     func() message.Message { return new(flatJSONMessage) },
 		"number":   func() message.Message { return new(jsonNumberMessage) },
 		"v2tag":    func() message.Message { return new(jsonV2TagMessage) },
 		"conflict": func() message.Message { return new(jsonConflictMessage) },
@@ -358,6 +407,7 @@ func FuzzJSONUnmarshalLikeEncodingJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		checkJSONLikeV1(t, frame, func() message.Message { return new(richJSONMessage) })
 		checkJSONLikeV1(t, frame, func() message.Message { return new(framingJSONMessage) })
+		checkJSONLikeV1(t, frame, func() message.Message { return new(flatJSONMessage) })
 	})
 }
 
@@ -436,11 +486,39 @@ func TestJSONMarshalLikeEncodingJSON(t *testing.T) {
 		&jsonV2TagMessage{Name: "n"},
 		&jsonConflictMessage{jsonConflictA: jsonConflictA{X: "a"}, jsonConflictB: jsonConflictB{X: "b"}},
 		&framingJSONMessage{Kind: "k", User: "u", Count: 3, Tags: []string{"t"}},
+		&flatJSONMessage{Name: "n", Ratio: math.NaN()},
+		&flatJSONMessage{Name: "n", F32: float32(math.Inf(1))},
+		&flatJSONMessage{Name: "n", N: "12.5e3", Ptr: &s, Attrs: map[string]string{}},
+		&flatJSONMessage{Name: "n", Ratio: 1e20, F32: 1e-7, Label: "\u2028"},
 		&badJSONMessage{},
 	)
 	for _, m := range ms {
 		checkJSONMarshalLikeV1(t, m)
 	}
+}
+
+// FuzzJSONMarshalFlatLikeEncodingJSON checks the framing's fast codec for
+// flat structs against encoding/json, on fields of any value.
+func FuzzJSONMarshalFlatLikeEncodingJSON(f *testing.F) {
+	f.Add("name", "label", true, int64(-1), int64(1), uint64(2), 1.5, "tag")
+	f.Add("\x00\x1f\x7f\"\\<>&\u2028\u2029\xff\xfe é 😀", "", false, int64(-1<<63), int64(127), uint64(1<<64-1), 1e21, "")
+	f.Add("", "", false, int64(0), int64(0), uint64(0), math.Copysign(0, -1), "")
+	f.Add("a", "b", true, int64(1), int64(-128), uint64(255), 1e-7, "")
+	f.Add("a", "b", true, int64(1), int64(-128), uint64(255), 123456789e-15, "")
+	f.Fuzz(func(t *testing.T, name, label string, flag bool, count, small int64, u uint64, ratio float64, tag string) {
+		m := &flatJSONMessage{
+			Name: name, Label: flatLabel(label), Flag: flag, Count: count, Small: int8(small),
+			Int: int(count), I16: int16(small), I32: int32(count), Unsigned: uint16(u), U8: uint8(u),
+			U32: uint32(u), U64: u, Ratio: ratio, F32: float32(ratio), Wait: time.Duration(count),
+			Dash: tag, Skipped: name, Untagged: label,
+		}
+		m.UUID = message.BuildUUID(message.ProducerID{byte(u), 1, 2, 3, 4, 5}, message.Clock(count), message.Flags(u&0x3ff))
+		checkJSONMarshalLikeV1(t, m)
+		if tag != "" {
+			m.Tags = []string{tag}
+			checkJSONMarshalLikeV1(t, m)
+		}
+	})
 }
 
 func FuzzJSONMarshalLikeEncodingJSON(f *testing.F) {
