@@ -541,6 +541,9 @@ func scanJSONString(b []byte, i int) (start, end int, escaped, ok bool) {
 	start = i + 1
 	ascii := true
 	for j := plainPrefix(b, start); j < len(b); j++ {
+		if plainJSONByte[b[j]] {
+			continue
+		}
 		switch c := b[j]; {
 		case c == '"':
 			return start, j, escaped, ascii || utf8.Valid(b[start:j])
@@ -563,6 +566,15 @@ func scanJSONString(b []byte, i int) (start, end int, escaped, ok bool) {
 	}
 	return 0, 0, false, false
 }
+
+// plainJSONByte tells the bytes that need no look in a string: printable
+// ASCII other than '"' and '\\'.
+var plainJSONByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // plainPrefix returns the end of the run of bytes from b[i:] that need no
 // look in a string: printable ASCII other than '"' and '\\'. It looks at

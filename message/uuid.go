@@ -224,21 +224,14 @@ func parseUUID[T string | []byte](text T, allowNil bool) (UUID, error) {
 	if len(text) != uuidTextLen {
 		return u, fmt.Errorf("message: UUID %q has length %d, want %d", shortText(text), len(text), uuidTextLen)
 	}
-	for _, i := range uuidDashes {
-		if text[i] != '-' {
-			return u, fmt.Errorf("message: UUID %q has %q at offset %d, want \"-\"", text, text[i:i+1], i)
-		}
-	}
+	var digits byte // Over 0xf if a digit is not one.
 	for i, j := range uuidHexOffsets {
 		hi, lo := hexValue[text[j]], hexValue[text[j+1]]
-		if hi|lo > 0xf {
-			bad := j
-			if hi <= 0xf {
-				bad = j + 1
-			}
-			return UUID{}, fmt.Errorf("message: UUID %q has %q at offset %d, want a hex digit", text, text[bad:bad+1], bad)
-		}
+		digits |= hi | lo
 		u[i] = hi<<4 | lo
+	}
+	if digits > 0xf || text[8] != '-' || text[13] != '-' || text[18] != '-' || text[23] != '-' {
+		return UUID{}, uuidSyntaxError(text)
 	}
 	if allowNil && u.IsZero() {
 		return u, nil
@@ -250,6 +243,24 @@ func parseUUID[T string | []byte](text T, allowNil bool) (UUID, error) {
 		return UUID{}, fmt.Errorf("message: UUID %q is not of the RFC 4122 variant (its variant digit is %q)", text, text[19:20])
 	}
 	return u, nil
+}
+
+// uuidSyntaxError returns the error of the first byte of text, a UUID's
+// length, that is neither a hex digit nor a dash where one belongs.
+func uuidSyntaxError[T string | []byte](text T) error {
+	for _, i := range uuidDashes {
+		if text[i] != '-' {
+			return fmt.Errorf("message: UUID %q has %q at offset %d, want \"-\"", text, text[i:i+1], i)
+		}
+	}
+	for _, j := range uuidHexOffsets {
+		for _, k := range []int{j, j + 1} {
+			if hexValue[text[k]] > 0xf {
+				return fmt.Errorf("message: UUID %q has %q at offset %d, want a hex digit", text, text[k:k+1], k)
+			}
+		}
+	}
+	return nil
 }
 
 // uuidHexOffsets are the offsets in a UUID's text of the digits of its
