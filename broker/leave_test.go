@@ -602,3 +602,65 @@ func TestReadToTheHeadEndsUnderSteadyAppends(t *testing.T) {
 		}
 	}
 }
+
+// A read at the head of a new journal, which waits while the primary is
+// new to its route, ends as soon as the primary's pipeline settles the
+// route, without an append to move the head. (A shard's new primary took
+// a second to play its empty recovery log: its read came before the
+// log's primary had synchronized its first pipeline, and waited out the
+// read's bound.)
+func TestReadAtANewPrimarysHeadEndsAsItSettles(t *testing.T) {
+	const journal = "log/settling"
+	c := newCluster(t)
+	for _, name := range []string{"b1", "b2", "b3"} {
+		c.start(name, "")
+	}
+	c.awaitMembers(c.brokers["b1"], 3)
+
+	release, waiting := make(chan struct{}), make(chan struct{})
+	var releaseOnce, waitingOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	proposalHook = func(r *replica, _ *protocol.ReplicateRequest) error {
+		if r.journal == journal {
+			<-release // The primary's first pipeline stalls until the read waits.
+		}
+		return nil
+	}
+	awaitHeadHook = func(r *replica) {
+		if r.journal == journal {
+			waitingOnce.Do(func() { close(waiting) })
+		}
+	}
+	defer func(d time.Duration) { headWait = d }(headWait)
+	headWait = time.Hour // Only settling ends the read's wait.
+	t.Cleanup(func() {
+		unblock()
+		proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil }
+		awaitHeadHook = func(*replica) {}
+	})
+
+	c.journal(c.brokers["b1"], journal, 3)
+	primary := c.brokers[c.awaitRoute(c.brokers["b1"], journal, 3).Members[0].Suffix]
+	c.awaitRoute(primary, journal, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type result struct {
+		got  string
+		head int64
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, head, err := readToHeadNow(ctx, primary, journal)
+		done <- result{got, head, err}
+	}()
+	select {
+	case <-waiting:
+	case res := <-done:
+		t.Fatalf("the read at the unsettled primary's head ended at once: %q, head %d, %v", res.got, res.head, res.err)
+	}
+	unblock()
+	if res := <-done; res.err != nil || res.got != "" || res.head != 0 {
+		t.Fatalf("once settled, the read at the head returns %q, head %d, %v; want none, head 0", res.got, res.head, res.err)
+	}
+}

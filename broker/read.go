@@ -239,17 +239,28 @@ func (r *replica) miss(ctx context.Context, req *protocol.ReadRequest, stream pr
 	return next, stream.Send(&protocol.ReadResponse{Status: protocol.Status_OK, Offset: next, WriteHead: head})
 }
 
-// awaitExpected waits until changed is closed, for a second at most, for
+// awaitExpected waits until changed is closed, for headWait at most, for
 // content at offset that the replica expects, then reads at offset again.
 func (r *replica) awaitExpected(ctx context.Context, offset int64, changed <-chan struct{}) (int64, error) {
+	awaitHeadHook(r)
+	t := time.NewTimer(headWait)
+	defer t.Stop()
 	select {
 	case <-changed:
-	case <-time.After(time.Second):
+	case <-t.C:
 	case <-ctx.Done():
 		return -1, ctx.Err()
 	}
 	return offset, nil
 }
+
+// headWait bounds a wait of awaitExpected: each read there looks again at
+// least this often. A variable for tests.
+var headWait = time.Second
+
+// awaitHeadHook is called as a read begins to wait in awaitExpected; a
+// variable for tests.
+var awaitHeadHook = func(*replica) {}
 
 func limit(end, endOffset int64) int64 {
 	if endOffset > 0 {

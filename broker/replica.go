@@ -135,11 +135,16 @@ func (r *replica) update(spec *protocol.JournalSpec, route *protocol.Route) {
 const settleWait = time.Minute
 
 // settle records that the primary's pipeline on route is synchronized,
-// with no commit outstanding.
+// with no commit outstanding, and wakes the reads that wait at the head
+// for it (see unsettledAtHead): a new journal's first reader, such as a
+// shard's primary playing its new recovery log, would otherwise wait out
+// headWait while no append comes to move the head.
 func (r *replica) settle(route *protocol.Route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.settled = route
+	close(r.headCh)
+	r.headCh = make(chan struct{})
 }
 
 // unsettle records that peers may hold commits past the primary's head.
