@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -128,6 +129,7 @@ func (s *Server) appendWorker(ctx context.Context, a weighted, work <-chan weigh
 // than hold the gRPC server's graceful stop until its timeout.
 func (s *Server) sendAnswers(stream protocol.Journal_AppendsServer, answers <-chan answer, budget *semaphore.Weighted) error {
 	var err error
+	var headers repeatedHeaders
 	serving, stopped := s.serving, (<-chan struct{})(nil)
 	for {
 		select {
@@ -144,11 +146,49 @@ func (s *Server) sendAnswers(stream protocol.Journal_AppendsServer, answers <-ch
 				return err
 			}
 			if err == nil {
+				headers.strip(a.resp)
 				err = stream.Send(a.resp)
 			}
 			budget.Release(a.weight)
 		}
 	}
+}
+
+// repeatedHeaders leaves out of an Appends stream's OK answer the header
+// that the stream's previous answer, to an append of the same journal,
+// carried already: a client learns nothing from it, and decoding it costs
+// a client about as much as the rest of the answer. Every other answer
+// carries its header.
+type repeatedHeaders struct {
+	journal string           // Of the last answer sent with a header, if it was OK.
+	header  *protocol.Header // That answer's header.
+}
+
+// strip leaves out resp's header if it repeats the last one sent, and
+// otherwise records it; it is called for each answer, in the stream's
+// order.
+func (h *repeatedHeaders) strip(resp *protocol.AppendResponse) {
+	journal := resp.GetCommit().GetJournal()
+	switch {
+	case resp.Header == nil:
+		return
+	case resp.Status != protocol.Status_OK || resp.ErrorCode != 0 || journal == "":
+		h.journal, h.header = "", nil
+	case journal == h.journal && sameHeader(resp.Header, h.header):
+		resp.Header = nil
+	default:
+		h.journal, h.header = journal, resp.Header
+	}
+}
+
+// sameHeader tells whether a and b say the same to a client: the same
+// broker, view revision and route, resolved at the same revision.
+func sameHeader(a, b *protocol.Header) bool {
+	ra, rb := a.GetRoute(), b.GetRoute()
+	return a.GetRevision() == b.GetRevision() && ra.GetRevision() == rb.GetRevision() &&
+		a.GetProcessId().GetZone() == b.GetProcessId().GetZone() &&
+		a.GetProcessId().GetSuffix() == b.GetProcessId().GetSuffix() &&
+		sameRoute(ra, rb) && slices.Equal(ra.GetEndpoints(), rb.GetEndpoints())
 }
 
 // appendTagged runs one append of an Appends stream, and answers it: with

@@ -193,3 +193,86 @@ func openAppends(t *testing.T, c *cluster, journal string) (*testBroker, protoco
 	}
 	return b, stream
 }
+
+// An Appends stream's OK answer leaves out the header that the stream's
+// previous answer, to the same journal, carried: the first answer to each
+// journal carries it, as does one after an answer to another journal, and
+// any header that differs from the last one sent.
+func TestAppendsStreamSendsARepeatedHeaderOnce(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	for _, j := range []string{"appends/one", "appends/two"} {
+		c.journal(b, j, 1)
+		c.appendRetry(b, j, []byte("warm\n"))
+	}
+	stream, err := protocol.NewJournalClient(b.conn).Appends(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.CloseSend()
+	tag := uint64(0)
+	appendTo := func(journal string) *protocol.AppendResponse {
+		t.Helper()
+		tag++
+		if err := stream.Send(&protocol.AppendRequest{Journal: journal, Content: []byte("x\n"), Commit: true, Tag: tag}); err != nil {
+			t.Fatal(err)
+		}
+		resp := receiveAll(t, stream, 1)[tag]
+		if resp.GetStatus() != protocol.Status_OK || resp.GetErrorCode() != 0 {
+			t.Fatalf("append %d to %s answered %v", tag, journal, resp)
+		}
+		return resp
+	}
+	omitted := 0
+	for _, journal := range []string{"appends/one", "appends/two", "appends/one"} {
+		var last *protocol.Header
+		for i := range 5 {
+			switch h := appendTo(journal).GetHeader(); {
+			case h == nil && i == 0:
+				t.Fatalf("append %d, the first to %s since an answer to another journal, has no header", tag, journal)
+			case h == nil:
+				omitted++
+			case h.GetProcessId().GetSuffix() != "b1" || len(h.GetRoute().GetMembers()) != 1:
+				t.Fatalf("append %d's header is %v, want b1's, with the route", tag, h)
+			case last != nil && sameHeader(h, last):
+				t.Fatalf("append %d repeats the header of the answer before it", tag)
+			default:
+				last = h
+			}
+		}
+	}
+	if omitted == 0 {
+		t.Error("every answer carried its header; want those that repeat it left out")
+	}
+}
+
+func TestRepeatedHeaders(t *testing.T) {
+	route := &protocol.Route{Members: []*protocol.ProcessID{{Zone: "z", Suffix: "b1"}}, Endpoints: []string{"b1:1"}, Revision: 5}
+	header := func(rev int64) *protocol.Header {
+		return &protocol.Header{ProcessId: &protocol.ProcessID{Zone: "z", Suffix: "b1"}, Route: route, Revision: rev}
+	}
+	ok := func(journal string, h *protocol.Header) *protocol.AppendResponse {
+		return &protocol.AppendResponse{Header: h, Commit: &protocol.Fragment{Journal: journal}}
+	}
+	var h repeatedHeaders
+	for i, step := range []struct {
+		resp *protocol.AppendResponse
+		kept bool
+	}{
+		{ok("a", header(7)), true},
+		{ok("a", header(7)), false},
+		{ok("a", header(8)), true}, // The view moved on.
+		{ok("b", header(8)), true}, // Another journal.
+		{ok("a", header(8)), true},
+		{&protocol.AppendResponse{Status: protocol.Status_NOT_PRIMARY, Header: header(8)}, true},
+		{ok("a", header(8)), true}, // After an answer that was not OK.
+		{&protocol.AppendResponse{Header: header(8), ErrorCode: 14, Commit: &protocol.Fragment{Journal: "a"}}, true},
+		{ok("a", header(8)), true},
+		{ok("a", header(8)), false},
+	} {
+		h.strip(step.resp)
+		if kept := step.resp.Header != nil; kept != step.kept {
+			t.Fatalf("step %d: header kept %v, want %v", i, kept, step.kept)
+		}
+	}
+}

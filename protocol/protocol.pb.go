@@ -971,7 +971,10 @@ func (x *AppendRequest) GetTag() uint64 {
 type AppendResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
-	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
+	// On an Appends stream, an OK answer leaves the header out when the
+	// stream's previous answer, to an append of the same journal, carried
+	// the same header: the client knows it already.
+	Header *Header `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
 	// The committed range of the append: [commit.begin, commit.end).
 	Commit *Fragment `protobuf:"bytes,3,opt,name=commit,proto3" json:"commit,omitempty"`
 	// The journal's registers after the append, but for the writers'
