@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/quire-dev/quire/protocol"
@@ -177,7 +178,9 @@ func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
 		return false, nil
 	}
 	begin := s.End()
-	last, err := r.writeRuns(p, contents)
+	var joined runBuffers
+	defer joined.release() // The commit has sent every run: none is in use.
+	last, err := r.writeRuns(p, contents, &joined)
 	if err != nil {
 		return false, err
 	}
@@ -201,9 +204,10 @@ func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
 const wholeRun = 256 << 10
 
 // writeRuns writes contents, in order, to the spool and down the
-// pipeline, joined in runs of at most wholeRun bytes (or one content).
-// The last run is not sent: it is returned, for the commit to carry.
-func (r *replica) writeRuns(p *pipeline, contents [][]byte) (*protocol.ReplicateRequest, error) {
+// pipeline, joined in runs of at most wholeRun bytes (or one content),
+// in buffers taken from joined. The last run is not sent: it is
+// returned, for the commit to carry.
+func (r *replica) writeRuns(p *pipeline, contents [][]byte, joined *runBuffers) (*protocol.ReplicateRequest, error) {
 	var last *protocol.ReplicateRequest
 	for len(contents) > 0 {
 		n, size := 1, len(contents[0])
@@ -213,7 +217,7 @@ func (r *replica) writeRuns(p *pipeline, contents [][]byte) (*protocol.Replicate
 		}
 		run := contents[0]
 		if n > 1 {
-			run = slices.Concat(contents[:n]...)
+			run = joined.join(contents[:n], size)
 		}
 		contents = contents[n:]
 		var err error
@@ -222,6 +226,32 @@ func (r *replica) writeRuns(p *pipeline, contents [][]byte) (*protocol.Replicate
 		}
 	}
 	return last, nil
+}
+
+// runBuffers are the buffers that one commit's runs are joined in,
+// from a pool: a run's buffer is in use until its message is sent (the
+// codec copies it then), which is before the commit returns.
+type runBuffers []*[]byte
+
+var runPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// join returns contents joined, in a buffer of b.
+func (b *runBuffers) join(contents [][]byte, size int) []byte {
+	buf := runPool.Get().(*[]byte)
+	*b = append(*b, buf)
+	*buf = slices.Grow((*buf)[:0], size)
+	for _, c := range contents {
+		*buf = append(*buf, c...)
+	}
+	return *buf
+}
+
+// release returns the buffers to the pool.
+func (b *runBuffers) release() {
+	for _, buf := range *b {
+		runPool.Put(buf)
+	}
+	*b = nil
 }
 
 // writeContent writes content to the spool, and returns the message that
