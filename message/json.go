@@ -101,8 +101,8 @@ func (jsonFraming) Marshal(m Message, w *bufio.Writer) error {
 // as it does on invalid UTF-8) with encoding/json.
 func (e *jsonEncoder) encode(m Message) error {
 	t := jsonTypeOf(m)
-	if t.flat != nil {
-		buf, ok := t.flat.encode(e.buf, reflect.ValueOf(m).Elem())
+	if p := reflect.ValueOf(m); t.flat != nil && !p.IsNil() {
+		buf, ok := t.flat.encode(e.buf, p.Elem())
 		if ok {
 			e.buf = buf
 			return nil
@@ -197,7 +197,7 @@ func skipLine(r *bufio.Reader, err error) (int64, error) {
 // encoding.TextUnmarshaler. Its errors are those of encoding/json.
 func (jsonFraming) Unmarshal(frame []byte, m Message) error {
 	t := jsonTypeOf(m)
-	if t.flat != nil && t.flat.decode(frame, reflect.ValueOf(m).Elem()) {
+	if p := reflect.ValueOf(m); t.flat != nil && !p.IsNil() && t.flat.decode(frame, p.Elem()) {
 		return nil
 	}
 	if !t.decodeV1.Load() {

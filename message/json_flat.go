@@ -357,6 +357,9 @@ type flatValue struct {
 // decode decodes frame into the struct v, as encoding/json would, or
 // declines (false) and leaves v as it was.
 func (c *flatCodec) decode(frame []byte, v reflect.Value) bool {
+	if len(frame) > math.MaxInt32 {
+		return false // flatValue holds offsets in 32 bits.
+	}
 	var values [maxFlatFields]flatValue
 	n, ok := c.read(frame, &values)
 	if !ok {

@@ -1,7 +1,10 @@
 package message
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"testing"
@@ -145,3 +148,33 @@ func TestFlatCodecEncodes(t *testing.T) {
 		t.Error("encoded a json.Number, which it should leave to encoding/json")
 	}
 }
+
+// TestFlatNilMessage checks that a nil pointer to a flat struct takes the
+// general path, as it did before the codec: encoding/json writes null for
+// it, and refuses to decode into it.
+func TestFlatNilMessage(t *testing.T) {
+	var m *flatNilMessage
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	if err := JSONLines.Marshal(m, w); err != nil {
+		t.Fatalf("Marshal of a nil message: %v", err)
+	}
+	w.Flush()
+	if buf.String() != "null\n" {
+		t.Errorf("a nil message marshals as %q, want null", buf.String())
+	}
+	err := JSONLines.Unmarshal([]byte(`{"s":"x"}`), m)
+	var invalid *json.InvalidUnmarshalError
+	if !errors.As(err, &invalid) {
+		t.Errorf("Unmarshal into a nil message: %v, want encoding/json's InvalidUnmarshalError", err)
+	}
+}
+
+type flatNilMessage struct {
+	U UUID   `json:"uuid"`
+	S string `json:"s"`
+}
+
+func (m *flatNilMessage) GetUUID() UUID                     { return m.U }
+func (m *flatNilMessage) SetUUID(u UUID)                    { m.U = u }
+func (m *flatNilMessage) NewAcknowledgement(string) Message { return new(flatNilMessage) }
