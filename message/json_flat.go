@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -99,7 +100,7 @@ func newFlatCodec(t reflect.Type) *flatCodec {
 func newFlatField(sf reflect.StructField, tag string, tagged bool) (flatField, bool) {
 	f := flatField{name: sf.Name, kind: flatKindOf(sf.Type)}
 	if tagged {
-		name, opts, _ := cutTag(tag)
+		name, opts, _ := strings.Cut(tag, ",")
 		switch opts {
 		case "":
 		case "omitempty":
@@ -120,15 +121,6 @@ func newFlatField(sf reflect.StructField, tag string, tagged bool) (flatField, b
 		f.bits = sf.Type.Bits()
 	}
 	return f, true
-}
-
-func cutTag(tag string) (name, opts string, found bool) {
-	for i := range len(tag) {
-		if tag[i] == ',' {
-			return tag[:i], tag[i+1:], true
-		}
-	}
-	return tag, "", false
 }
 
 // plainJSONName tells whether name is one that encoding/json accepts as a
