@@ -72,7 +72,12 @@
 //     on which json/v2 fails, so that errors are encoding/json's; a type
 //     one of whose lines encoding/json decodes where json/v2 failed (a
 //     name that matches two fields case-insensitively, say) decodes with
-//     encoding/json from then on. What differs: when a line fails to
+//     encoding/json from then on. A flat struct (exported strings,
+//     booleans, numbers and a UUID, plain names, no option but
+//     omitempty) has a codec of its own, about twice as fast again, which
+//     reads and writes only what it is sure encoding/json would read and
+//     write the same way and leaves the rest to the path above. What
+//     differs: when a line fails to
 //     decode, the message may hold part of it, where encoding/json leaves
 //     it untouched on a syntax error; and on a line that json/v2 fails
 //     to decode, the UnmarshalJSON methods that it called before failing
