@@ -432,9 +432,9 @@ func (r *replica) commit(p *pipeline, registers labels.Set, carrier *protocol.Re
 	r.registers = registers
 	resolve() // Before readers waiting for it wake.
 	r.committed()
-	// Peers may now serve it. A failed send breaks the pipeline, which
-	// the next proposal finds; its synchronization acknowledges again.
-	_ = p.send(&protocol.ReplicateRequest{Acknowledged: s.End()})
+	if len(p.peers) != 0 {
+		p.ack = s.End() // Peers may now serve it: see pipeline.ack.
+	}
 	return nil
 }
 

@@ -68,6 +68,14 @@ func (r *replica) appendWhole(ctx context.Context, first *protocol.AppendRequest
 		<-w.done // Taken by this batch, or by one that holds it now.
 	case <-ctx.Done():
 		if r.dropWhole(w) {
+			// The token's last holder may have left the acknowledgement
+			// of its commit to this append (see release): if the token
+			// is free, send it.
+			select {
+			case <-r.token:
+				r.release()
+			default:
+			}
 			return nil, ctx.Err()
 		}
 		<-w.done // Taken: it commits, as an append in progress does.

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -139,5 +140,91 @@ func TestWholeAppendsInRuns(t *testing.T) {
 		if got := c.readAll(b, journal); !bytes.Equal(got, want) {
 			t.Errorf("read through %s: %d bytes, want the %d appended in order", b.name, len(got), len(want))
 		}
+	}
+}
+
+// Under steady appends a peer learns that the primary acknowledged a
+// commit from the next commit's message, rather than from a message of its
+// own; once no append waits to commit next, from a message of its own, at
+// once, so that the peer serves the last commit to its readers.
+func TestAcknowledgementRidesOnTheNextCommit(t *testing.T) {
+	c := newCluster(t)
+	for _, name := range []string{"b1", "b2"} {
+		c.start(name, "")
+	}
+	const journal = "batch/acked"
+	c.journal(c.brokers["b1"], journal, 2)
+	c.appendRetry(c.brokers["b1"], journal, []byte("warm\n")) // [0, 5)
+	route := c.awaitRoute(c.brokers["b1"], journal, 2)
+	primary, peer := c.brokers[route.Members[0].Suffix], c.brokers[route.Members[1].Suffix]
+	_, _, r := primary.srv.resolver.resolve(journal)
+
+	// The peer holds the proposal of "one\n" until "two\n" queues behind it.
+	acked := make(chan int64, 8) // The acknowledgement each proposal carried, by end.
+	ends := make(chan int64, 8)
+	hold := make(chan struct{})
+	var unhold sync.Once
+	t.Cleanup(func() { unhold.Do(func() { close(hold) }) })
+	proposalHook = func(pr *replica, req *protocol.ReplicateRequest) error {
+		if pr.journal != journal || len(req.Content) == 0 {
+			return nil
+		}
+		ends <- req.Proposal.End
+		acked <- req.Acknowledged
+		if req.Proposal.End == 9 {
+			<-hold
+		}
+		return nil
+	}
+	t.Cleanup(func() { proposalHook = func(*replica, *protocol.ReplicateRequest) error { return nil } })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, content := range []string{"one\n", "two\n"} {
+		go func() {
+			resp, err := appendMessage(ctx, primary, &protocol.AppendRequest{Journal: journal, Content: []byte(content), Commit: true})
+			if err == nil && resp.Status != protocol.Status_OK {
+				err = fmt.Errorf("append of %q: %s", content, resp.Status)
+			}
+			errs <- err
+		}()
+		if content == "one\n" {
+			if end := <-ends; end != 9 {
+				t.Fatalf("first proposal ends at %d, want 9", end)
+			}
+			<-acked
+		}
+	}
+	awaitQueued(t, r, 1)
+	unhold.Do(func() { close(hold) })
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if end, ack := <-ends, <-acked; end != 13 || ack != 9 {
+		t.Errorf("the second commit's proposal ends at %d carrying acknowledgement %d; want 13 carrying 9, the first's end", end, ack)
+	}
+
+	// Nothing commits after "two\n": the peer learns of it all the same.
+	stream, err := protocol.NewJournalClient(peer.conn).Read(ctx, &protocol.ReadRequest{
+		Journal: journal, Offset: 9, Block: true, EndOffset: 13, DoNotProxy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for len(got) < 4 {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("reading the last commit at the peer: %v (read %q)", err, got)
+		}
+		if resp.Status != protocol.Status_OK {
+			t.Fatalf("reading the last commit at the peer: %s", resp.Status)
+		}
+		got = append(got, resp.Content...)
+	}
+	if string(got) != "two\n" {
+		t.Errorf("the peer served %q, want %q", got, "two\n")
 	}
 }

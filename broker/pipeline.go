@@ -18,6 +18,17 @@ type pipeline struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	peers  []protocol.Journal_ReplicateClient
+
+	// ack is the end of the last commit, if the peers are yet to be told
+	// that the primary acknowledged it (and they may serve it to
+	// readers); zero once they are. The next message to the peers carries
+	// it: under steady appends, the next commit's first message, rather
+	// than a message of its own per commit. The token's holder sends it
+	// alone as it releases the token with no append queued to commit next
+	// (replica.release), and when it takes the token for anything but
+	// such a batch (replica.acquire), so that peers learn of a commit as
+	// soon as no commit follows it at once.
+	ack int64
 }
 
 // errPipeline marks failures of the pipeline (a peer or the network), after
@@ -56,14 +67,26 @@ func (p *pipeline) close() {
 	p.cancel()
 }
 
-// send sends req to every peer.
+// send sends req to every peer, with the acknowledgement not yet sent.
+// A failed send breaks the pipeline, which the next append finds; its
+// synchronization acknowledges again.
 func (p *pipeline) send(req *protocol.ReplicateRequest) error {
+	req.Acknowledged = max(req.Acknowledged, p.ack)
 	for i, s := range p.peers {
 		if err := s.Send(req); err != nil {
 			return fmt.Errorf("%w: sending to %s: %w", errPipeline, p.route.Endpoints[i+1], err)
 		}
 	}
+	p.ack = 0
 	return nil
+}
+
+// sendAck sends the acknowledgement not yet sent, if any, in a message of
+// its own.
+func (p *pipeline) sendAck() {
+	if p.ack != 0 {
+		_ = p.send(&protocol.ReplicateRequest{})
+	}
 }
 
 // recv receives one response from every peer.

@@ -254,17 +254,40 @@ func (r *replica) throttle(ctx context.Context, spec *protocol.JournalSpec, n in
 	return nil
 }
 
-// acquire takes the token, or fails when ctx is done.
+// acquire takes the token, or fails when ctx is done. It sends the peers
+// the acknowledgement of the last commit, if a batch of whole appends
+// left it for the next (see pipeline.ack): whatever the caller does with
+// the token may send them nothing for a while.
 func (r *replica) acquire(ctx context.Context) error {
 	select {
 	case <-r.token:
+		r.sendAck()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (r *replica) release() { r.token <- struct{}{} }
+// release gives the token back. It sends the peers the acknowledgement of
+// the last commit unless whole appends are queued: one of them takes the
+// token next, and its commit's first message carries it.
+func (r *replica) release() {
+	r.mu.Lock()
+	queued := len(r.wholes) != 0
+	r.mu.Unlock()
+	if !queued {
+		r.sendAck()
+	}
+	r.token <- struct{}{}
+}
+
+// sendAck sends the peers the acknowledgement not yet sent, if any. The
+// caller holds the token.
+func (r *replica) sendAck() {
+	if r.pipe != nil {
+		r.pipe.sendAck()
+	}
+}
 
 // load lists the journal's stores into the index, then creates the first
 // spool after everything indexed, and keeps the index fresh.

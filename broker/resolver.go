@@ -170,6 +170,7 @@ func (r *replica) end(route *protocol.Route) {
 	defer r.srv.ending.Done()
 	r.cancel()
 	<-r.token // Wait for the append or pipeline stream in progress to stop.
+	r.sendAck()
 	r.dropPipeline()
 	r.mu.Lock()
 	s, spec := r.cur, r.spec

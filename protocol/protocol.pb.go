@@ -1097,11 +1097,13 @@ type ReplicateRequest struct {
 	ContentDelta int64 `protobuf:"varint,6,opt,name=content_delta,json=contentDelta,proto3" json:"content_delta,omitempty"`
 	Acknowledge  bool  `protobuf:"varint,7,opt,name=acknowledge,proto3" json:"acknowledge,omitempty"`
 	// The end of the content the primary has acknowledged: every replica of
-	// its pipeline committed it, and so did the primary. Sent, with no
-	// proposal, after each commit. A replica serves readers its spool only
-	// up to there: content it committed beyond it may yet fail at the
-	// primary, be rolled past, and be lost with this replica, and a reader
-	// must never have seen it. (A primary that predates the field never
+	// its pipeline committed it, and so did the primary. Sent after each
+	// commit: in the pipeline's next message if another commit follows at
+	// once (a replica applies it before the message's content), otherwise
+	// in a message of its own. A replica serves readers its spool only up
+	// to there: content it committed beyond it may yet fail at the primary,
+	// be rolled past, and be lost with this replica, and a reader must never
+	// have seen it. (A primary that predates the field never
 	// sends it: its peers serve their current spool through it.)
 	Acknowledged int64 `protobuf:"varint,8,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
 	// The answer to this proposal need carry no registers if it is OK: the
