@@ -272,11 +272,13 @@ func (r *replica) acquire(ctx context.Context) error {
 // the last commit unless whole appends are queued: one of them takes the
 // token next, and its commit's first message carries it.
 func (r *replica) release() {
-	r.mu.Lock()
-	queued := len(r.wholes) != 0
-	r.mu.Unlock()
-	if !queued {
-		r.sendAck()
+	if r.pipe != nil && r.pipe.ack != 0 {
+		r.mu.Lock()
+		queued := len(r.wholes) != 0
+		r.mu.Unlock()
+		if !queued {
+			r.pipe.sendAck()
+		}
 	}
 	r.token <- struct{}{}
 }
