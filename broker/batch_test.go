@@ -158,6 +158,13 @@ func TestAcknowledgementRidesOnTheNextCommit(t *testing.T) {
 	route := c.awaitRoute(c.brokers["b1"], journal, 2)
 	primary, peer := c.brokers[route.Members[0].Suffix], c.brokers[route.Members[1].Suffix]
 	_, _, r := primary.srv.resolver.resolve(journal)
+	// The primary's maintenance takes the token once to record the new
+	// route, sending the acknowledgement alone: let it be done first.
+	awaitRouteRecorded(t, primary, journal, route)
+	if err := r.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.release()
 
 	// The peer holds the proposal of "one\n" until "two\n" queues behind it.
 	acked := make(chan int64, 8) // The acknowledgement each proposal carried, by end.
@@ -226,5 +233,27 @@ func TestAcknowledgementRidesOnTheNextCommit(t *testing.T) {
 	}
 	if string(got) != "two\n" {
 		t.Errorf("the peer served %q, want %q", got, "two\n")
+	}
+}
+
+// awaitRouteRecorded waits until every assignment of journal records
+// route, as the primary's maintenance does once it has synchronized it.
+func awaitRouteRecorded(t *testing.T, b *testBroker, journal string, route *protocol.Route) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		state, _ := b.srv.resolver.snapshot()
+		as := state.ItemAssignments(journal)
+		recorded := len(as) != 0
+		for _, a := range as {
+			recorded = recorded && string(a.KV.Value) == routeText(route)
+		}
+		if recorded {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the assignments of %s do not record its route %s", journal, routeText(route))
+		}
+		time.Sleep(10 * time.Millisecond) // Polling the primary's maintenance.
 	}
 }
