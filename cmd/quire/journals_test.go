@@ -573,13 +573,14 @@ func TestBenchMessages(t *testing.T) {
 	}
 }
 
-// bench recording writes plain and recorded, reports both and the cost,
-// and deletes the journals it created, and their fragments.
+// bench recording writes plain and recorded, round by round, reports
+// them, the cost over all runs and each round's, and deletes the journals
+// it created, and their fragments.
 func TestBenchRecording(t *testing.T) {
 	storeDir := t.TempDir()
 	b := startBrokerWith(t, func(cfg *broker.Config) { cfg.DefaultStore = "file://" + storeDir + "/" })
 	r := quire(context.Background(), nil, "bench", "recording", "--broker", b, "-j", "bench/rec",
-		"--duration", "300ms", "-o", "json")
+		"--duration", "200ms", "--rounds", "2", "-o", "json")
 	if r.err != nil {
 		t.Fatalf("%v\n%s", r.err, r.stderr)
 	}
@@ -587,8 +588,19 @@ func TestBenchRecording(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatalf("%v: %s", err, r.stdout)
 	}
-	if len(res.Runs) != 2 || res.Runs[0].Recorded || !res.Runs[1].Recorded {
-		t.Fatalf("runs %+v, want plain then recorded", res.Runs)
+	if len(res.Runs) != 4 || res.Runs[0].Recorded || !res.Runs[1].Recorded || res.Runs[2].Recorded || !res.Runs[3].Recorded {
+		t.Fatalf("runs %+v, want plain then recorded, twice", res.Runs)
+	}
+	if len(res.RoundCosts) != 2 {
+		t.Fatalf("round costs %v, want 2", res.RoundCosts)
+	}
+	for k, c := range res.RoundCosts {
+		if want := 1 - res.Runs[2*k+1].MBPerSecond/res.Runs[2*k].MBPerSecond; c != want {
+			t.Errorf("round %d: cost %v, want %v from its runs", k, c, want)
+		}
+	}
+	if want := (res.RoundCosts[0] + res.RoundCosts[1]) / 2; res.MedianCost != want {
+		t.Errorf("median cost %v, want %v", res.MedianCost, want)
 	}
 	for _, run := range res.Runs {
 		if run.Batches == 0 || run.MBPerSecond <= 0 || run.Recorded != (run.LogBytes > int64(run.Batches)*100*1024) {
