@@ -220,14 +220,15 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 }
 
 // writeBatches commits batches of 100 keys with 1 KiB random values, each
-// with a sync, until d has passed, and returns how many it committed;
-// written counts them as they commit.
+// with a sync, until d has passed (at least one), and returns how many it
+// committed; written counts them as they commit.
 func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration, written *atomic.Int64) (int, error) {
 	value := make([]byte, 1024)
 	rng := rand.NewChaCha8([32]byte{})
 	deadline := time.Now().Add(d)
 	n := 0
-	for ; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
+	// At least one batch, so that a run has a rate to compare.
+	for ; (n == 0 || time.Now().Before(deadline)) && ctx.Err() == nil; n++ {
 		b := db.NewBatch()
 		for j := range 100 {
 			rng.Read(value)

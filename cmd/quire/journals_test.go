@@ -622,6 +622,21 @@ func TestBenchRecording(t *testing.T) {
 	if bad := quire(context.Background(), nil, "bench", "recording", "--broker", b, "--rounds", "0"); !errors.As(bad.err, new(usageError)) {
 		t.Errorf("--rounds 0: %v", bad.err)
 	}
+	// A run shorter than a batch still writes one: the costs are numbers.
+	r = quire(context.Background(), nil, "bench", "recording", "--broker", b, "-j", "bench/rec",
+		"--duration", "1ns", "--rounds", "2", "-o", "json")
+	if r.err != nil {
+		t.Fatalf("--duration 1ns: %v\n%s", r.err, r.stderr)
+	}
+	res = benchRecordingResult{}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("--duration 1ns: %v: %s", err, r.stdout)
+	}
+	for _, run := range res.Runs {
+		if run.Batches != 1 {
+			t.Errorf("--duration 1ns: run %+v, want 1 batch", run)
+		}
+	}
 }
 
 // An append that cannot complete (no broker may take the journal: the
