@@ -238,10 +238,14 @@ func TestAcknowledgementRidesOnTheNextCommit(t *testing.T) {
 
 // awaitRouteRecorded waits until every assignment of journal records
 // route, as the primary's maintenance does once it has synchronized it.
+// It waits on the broker's keyspace, whose observers (the resolver among
+// them) have run by the time its change channel closes.
 func awaitRouteRecorded(t *testing.T, b *testBroker, journal string, route *protocol.Route) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
 	for {
+		changed := b.srv.ks.Changed() // Before the snapshot: no change is missed.
 		state, _ := b.srv.resolver.snapshot()
 		as := state.ItemAssignments(journal)
 		recorded := len(as) != 0
@@ -251,9 +255,10 @@ func awaitRouteRecorded(t *testing.T, b *testBroker, journal string, route *prot
 		if recorded {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-timeout.C:
 			t.Fatalf("the assignments of %s do not record its route %s", journal, routeText(route))
 		}
-		time.Sleep(10 * time.Millisecond) // Polling the primary's maintenance.
 	}
 }
