@@ -3,6 +3,7 @@ package protocol
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -183,6 +184,18 @@ func (f *JournalSpec_Fragment) validate(path string) error {
 		return err
 	}
 	return validateDuration(fieldPath(path, "retention"), f.Retention)
+}
+
+// CodecNamed returns the codec named s: none, gzip, zstd or snappy, in
+// any case, with or without the CODEC_ prefix; ok is false for any other
+// name.
+func CodecNamed(s string) (c Codec, ok bool) {
+	name := strings.TrimPrefix(strings.ToUpper(s), "CODEC_")
+	v, ok := Codec_value["CODEC_"+name]
+	if !ok || v == int32(Codec_CODEC_UNSPECIFIED) {
+		return 0, false
+	}
+	return Codec(v), true
 }
 
 func validateCodec(path string, c Codec) error {

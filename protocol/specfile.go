@@ -359,9 +359,8 @@ func parseCodec(n *yaml.Node, path string) (Codec, error) {
 	if err != nil {
 		return 0, err
 	}
-	name := strings.TrimPrefix(strings.ToUpper(s), "CODEC_")
-	if v, ok := Codec_value["CODEC_"+name]; ok && v != int32(Codec_CODEC_UNSPECIFIED) {
-		return Codec(v), nil
+	if c, ok := CodecNamed(s); ok {
+		return c, nil
 	}
 	return 0, yamlspec.Error(n, path, fmt.Sprintf("%q is not a codec (want none, gzip, zstd or snappy)", s))
 }

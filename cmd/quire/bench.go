@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -169,7 +170,7 @@ func connectBench(ctx context.Context, stderr io.Writer, jf *journalsFlags, jour
 	if err != nil {
 		return nil, 0, err
 	}
-	r, err := ensureJournal(ctx, c, stderr, jf, journal, replication)
+	r, err := ensureJournal(ctx, c, stderr, jf, journal, replication, protocol.Codec_CODEC_UNSPECIFIED)
 	if err != nil {
 		c.Close()
 		return nil, 0, err
@@ -177,9 +178,10 @@ func connectBench(ctx context.Context, stderr io.Writer, jf *journalsFlags, jour
 	return c, r, nil
 }
 
-// ensureJournal creates journal with replication if it does not exist,
-// and returns its replication.
-func ensureJournal(ctx context.Context, c *client.Client, stderr io.Writer, jf *journalsFlags, name string, replication int32) (int32, error) {
+// ensureJournal creates journal with replication and codec (the default
+// codec if unspecified) if it does not exist, and returns its
+// replication.
+func ensureJournal(ctx context.Context, c *client.Client, stderr io.Writer, jf *journalsFlags, name string, replication int32, codec protocol.Codec) (int32, error) {
 	js, err := jf.list(ctx, c, protocol.LabelName+"="+name)
 	if err != nil {
 		return 0, err
@@ -187,13 +189,13 @@ func ensureJournal(ctx context.Context, c *client.Client, stderr io.Writer, jf *
 	if len(js) == 1 {
 		return js[0].GetSpec().GetReplication(), nil
 	}
-	spec := &protocol.JournalSpec{Name: name, Replication: replication}
+	spec := &protocol.JournalSpec{Name: name, Replication: replication, Fragment: &protocol.JournalSpec_Fragment{Codec: codec}}
 	spec.ApplyDefaults()
 	_, err = jf.apply(ctx, c, []change{{name: name, req: &protocol.ApplyRequest_Change{Upsert: spec}}})
 	if err != nil {
 		return 0, err
 	}
-	fmt.Fprintf(stderr, "created journal %s, replication %d\n", name, replication)
+	fmt.Fprintf(stderr, "created journal %s, replication %d, codec %s\n", name, replication, strings.ToLower(codecText(spec.GetFragment().GetCodec())))
 	return replication, nil
 }
 

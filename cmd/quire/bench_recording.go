@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -25,16 +26,20 @@ import (
 )
 
 type benchRecordingFlags struct {
-	journal, dir, output string
-	rounds               int
-	replication          int32
-	duration             time.Duration
+	journal, dir, output, codec string
+	rounds                      int
+	replication                 int32
+	duration                    time.Duration
+	separateValues              bool
+
+	// logCodec is codec, parsed by validate.
+	logCodec protocol.Codec
 }
 
 func newBenchRecordingCommand(jf *journalsFlags) *cobra.Command {
 	var f benchRecordingFlags
 	cmd := &cobra.Command{
-		Use:   "recording [-j PREFIX] [--duration D] [--rounds N] [--dir DIR] [--replication R]",
+		Use:   "recording [-j PREFIX] [--duration D] [--rounds N] [--dir DIR] [--replication R] [--codec C] [--separate-values]",
 		Short: "Measure what recording a Pebble database into a recovery log costs",
 		Long: `Write to a Pebble database for --duration, first plain and then recorded
 into a recovery log through the brokers (each recorded run into a new
@@ -48,6 +53,10 @@ written each way, and the cost of recording: 1 - recorded / plain, over
 all runs, and the median of each round's cost (a round's plain and
 recorded runs go back to back, so the median of rounds resists a machine
 whose speed drifts between rounds).
+
+--codec sets the codec of the recovery logs it creates (zstd by default,
+as for any journal); --separate-values has both runs keep values apart
+from keys in blob files (recoverylog.SeparateValues).
 
 Run it on a consumer machine against brokers on others, as in production:
 with the brokers on the same cores, recording competes with them for the
@@ -64,6 +73,8 @@ CPU as well.`,
 	fl.StringVar(&f.dir, "dir", "", "directory for the databases (default: a temporary directory)")
 	fl.Int32Var(&f.replication, "replication", 1, "replication of the recovery logs")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	fl.StringVar(&f.codec, "codec", "zstd", "codec of the recovery logs: none, gzip, zstd or snappy")
+	fl.BoolVar(&f.separateValues, "separate-values", false, "keep values of 256 bytes or more in blob files (both runs)")
 	return cmd
 }
 
@@ -79,8 +90,12 @@ type benchRecordingRun struct {
 
 // benchRecordingResult is what `bench recording` reports.
 type benchRecordingResult struct {
-	Replication int32               `json:"replication"`
-	Runs        []benchRecordingRun `json:"runs"`
+	Replication int32 `json:"replication"`
+	// Codec is the recovery logs' codec; SeparateValues says whether
+	// values were kept in blob files.
+	Codec          string              `json:"codec"`
+	SeparateValues bool                `json:"separateValues"`
+	Runs           []benchRecordingRun `json:"runs"`
 	// Cost is 1 - (recorded MB/s) / (plain MB/s), over all runs.
 	Cost float64 `json:"cost"`
 	// RoundCosts is each round's cost, and MedianCost their median.
@@ -95,6 +110,11 @@ func (f *benchRecordingFlags) validate() error {
 	if f.rounds < 1 {
 		return usagef("--rounds %d: want at least 1", f.rounds)
 	}
+	c, ok := protocol.CodecNamed(f.codec)
+	if !ok {
+		return usagef("--codec %q: want none, gzip, zstd or snappy", f.codec)
+	}
+	f.logCodec = c
 	return nil
 }
 
@@ -116,7 +136,8 @@ func runBenchRecording(ctx context.Context, stdout, stderr io.Writer, jf *journa
 	}
 	ctx, stop := interruptible(ctx)
 	defer stop()
-	res := benchRecordingResult{Replication: f.replication}
+	res := benchRecordingResult{Replication: f.replication, Codec: strings.ToLower(codecText(f.logCodec)),
+		SeparateValues: f.separateValues}
 	var plain, recorded benchRecordingRun
 	for round := range f.rounds {
 		for _, rec := range []bool{false, true} {
@@ -162,6 +183,11 @@ func runBenchRecording(ctx context.Context, stdout, stderr io.Writer, jf *journa
 		fmt.Fprint(tw, ")")
 	}
 	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "recovery logs stored with %s", res.Codec)
+	if res.SeparateValues {
+		fmt.Fprintf(tw, "; values of %d bytes or more kept in blob files", recoverylog.DefaultSeparateMinSize)
+	}
+	fmt.Fprintln(tw)
 	return tw.Flush()
 }
 
@@ -172,10 +198,13 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 	defer os.RemoveAll(dir)
 	opts := &pebble.Options{FS: vfs.Default, Logger: store.PebbleLogger(slog.New(slog.DiscardHandler))}
 	recoverylog.PebbleOptions(opts)
+	if f.separateValues {
+		recoverylog.SeparateValues(opts, 0)
+	}
 	var recorder *recoverylog.Recorder
 	if rec {
 		journal := fmt.Sprintf("%s/%d-%d", f.journal, time.Now().UnixNano(), round)
-		if _, err := ensureJournal(ctx, c, stderr, jf, journal, f.replication); err != nil {
+		if _, err := ensureJournal(ctx, c, stderr, jf, journal, f.replication, f.logCodec); err != nil {
 			return benchRecordingRun{}, err
 		}
 		defer removeJournal(context.WithoutCancel(ctx), stderr, c, jf, journal)

@@ -573,21 +573,28 @@ func TestBenchMessages(t *testing.T) {
 	}
 }
 
+// benchRecordingJSON runs bench recording against broker with args and
+// -o json, and returns its result and its stderr.
+func benchRecordingJSON(t *testing.T, broker string, args ...string) (benchRecordingResult, string) {
+	t.Helper()
+	r := quire(context.Background(), nil, append([]string{"bench", "recording", "--broker", broker, "-o", "json"}, args...)...)
+	if r.err != nil {
+		t.Fatalf("bench recording %v: %v\n%s", args, r.err, r.stderr)
+	}
+	var res benchRecordingResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("bench recording %v: %v: %s", args, err, r.stdout)
+	}
+	return res, r.stderr
+}
+
 // bench recording writes plain and recorded, round by round, reports
 // them, the cost over all runs and each round's, and deletes the journals
 // it created, and their fragments.
 func TestBenchRecording(t *testing.T) {
 	storeDir := t.TempDir()
 	b := startBrokerWith(t, func(cfg *broker.Config) { cfg.DefaultStore = "file://" + storeDir + "/" })
-	r := quire(context.Background(), nil, "bench", "recording", "--broker", b, "-j", "bench/rec",
-		"--duration", "200ms", "--rounds", "2", "-o", "json")
-	if r.err != nil {
-		t.Fatalf("%v\n%s", r.err, r.stderr)
-	}
-	var res benchRecordingResult
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-		t.Fatalf("%v: %s", err, r.stdout)
-	}
+	res, stderr := benchRecordingJSON(t, b, "-j", "bench/rec", "--duration", "200ms", "--rounds", "2")
 	if len(res.Runs) != 4 || res.Runs[0].Recorded || !res.Runs[1].Recorded || res.Runs[2].Recorded || !res.Runs[3].Recorded {
 		t.Fatalf("runs %+v, want plain then recorded, twice", res.Runs)
 	}
@@ -610,31 +617,43 @@ func TestBenchRecording(t *testing.T) {
 	if res.Cost >= 1 {
 		t.Errorf("cost %v", res.Cost)
 	}
+	if res.Codec != "zstd" || res.SeparateValues {
+		t.Errorf("codec %q, separate values %v: want zstd, as journals default to, and not", res.Codec, res.SeparateValues)
+	}
 	if got := must(t, b, nil, "journals", "list", "-l", "prefix=bench/rec/").stdout; strings.Contains(got, "bench/rec/") {
 		t.Errorf("the recovery logs were left:\n%s", got)
 	}
 	if left, _ := filepath.Glob(filepath.Join(storeDir, "bench", "rec", "*", "*")); len(left) != 0 {
 		t.Errorf("the recovery logs' fragments were left: %v", left)
 	}
-	if strings.Contains(r.stderr, "removing") {
-		t.Errorf("removing the journals failed: %s", r.stderr)
+	if strings.Contains(stderr, "removing") {
+		t.Errorf("removing the journals failed: %s", stderr)
 	}
-	if bad := quire(context.Background(), nil, "bench", "recording", "--broker", b, "--rounds", "0"); !errors.As(bad.err, new(usageError)) {
-		t.Errorf("--rounds 0: %v", bad.err)
+	for _, args := range [][]string{{"--rounds", "0"}, {"--codec", "lz4"}} {
+		bad := quire(context.Background(), nil, append([]string{"bench", "recording", "--broker", b}, args...)...)
+		if !errors.As(bad.err, new(usageError)) || bad.stdout != "" {
+			t.Errorf("bench recording %v: %v, stdout %q; want a usage error and nothing on stdout", args, bad.err, bad.stdout)
+		}
 	}
 	// A run shorter than a batch still writes one: the costs are numbers.
-	r = quire(context.Background(), nil, "bench", "recording", "--broker", b, "-j", "bench/rec",
-		"--duration", "1ns", "--rounds", "2", "-o", "json")
-	if r.err != nil {
-		t.Fatalf("--duration 1ns: %v\n%s", r.err, r.stderr)
-	}
-	res = benchRecordingResult{}
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-		t.Fatalf("--duration 1ns: %v: %s", err, r.stdout)
-	}
+	res, _ = benchRecordingJSON(t, b, "-j", "bench/rec", "--duration", "1ns", "--rounds", "2")
 	for _, run := range res.Runs {
 		if run.Batches != 1 {
 			t.Errorf("--duration 1ns: run %+v, want 1 batch", run)
+		}
+	}
+	// The recovery logs are created with the codec asked for, and both
+	// runs can keep values in blob files.
+	res, stderr = benchRecordingJSON(t, b, "-j", "bench/rec", "--duration", "200ms", "--codec", "none", "--separate-values")
+	if res.Codec != "none" || !res.SeparateValues {
+		t.Errorf("codec %q, separate values %v: want none, and values kept apart", res.Codec, res.SeparateValues)
+	}
+	if !strings.Contains(stderr, "replication 1, codec none") {
+		t.Errorf("no recovery log was created with codec none: %s", stderr)
+	}
+	for _, run := range res.Runs {
+		if run.Batches == 0 || run.Recorded != (run.LogBytes > int64(run.Batches)*100*1024) {
+			t.Errorf("--codec none --separate-values: run %+v", run)
 		}
 	}
 }
