@@ -275,7 +275,10 @@ func (c *cluster) checkRecords(journals *client.Client, journal string, acked []
 
 // killShardPrimary kills the container of a shard's primary while words
 // are published: a standby takes the shard over within the lease TTL and
-// a second; the counts are checked at the end.
+// two seconds; the counts are checked at the end. After the lease, etcd
+// may expire it up to half a second late, and the revocation, the new
+// assignment and the standby's status each take a write to etcd, on a
+// machine that may be loaded; the test polls every 100 ms.
 func (c *cluster) killShardPrimary() {
 	c.t.Helper()
 	shard := wordcount.ShardID(0)
@@ -297,7 +300,7 @@ func (c *cluster) killShardPrimary() {
 		return nil
 	})
 	c.t.Logf("killed %s, the primary of %s: a standby served it %s later", victim, shard, took.Round(time.Millisecond))
-	if bound := consumerLease + time.Second; took > bound {
+	if bound := consumerLease + 2*time.Second; took > bound {
 		c.t.Errorf("%s had no primary for %s after its primary's container was killed, want at most %s", shard, took, bound)
 	}
 	c.Compose("start", victim)
