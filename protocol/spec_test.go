@@ -182,3 +182,26 @@ func TestLabelSetWithMeta(t *testing.T) {
 		t.Errorf("LabelSetWithMeta of top = %s", flat)
 	}
 }
+
+// Codecs are named as spec files and flags name them, in any case, with
+// or without the enum's prefix; "unspecified" is no codec a user picks.
+func TestCodecNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want Codec
+		ok   bool
+	}{
+		{"none", Codec_CODEC_NONE, true},
+		{"ZSTD", Codec_CODEC_ZSTD, true},
+		{"codec_gzip", Codec_CODEC_GZIP, true},
+		{"Snappy", Codec_CODEC_SNAPPY, true},
+		{"unspecified", 0, false},
+		{"CODEC_UNSPECIFIED", 0, false},
+		{"lz4", 0, false},
+		{"", 0, false},
+	} {
+		if got, ok := CodecNamed(tc.name); got != tc.want || ok != tc.ok {
+			t.Errorf("CodecNamed(%q) = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
