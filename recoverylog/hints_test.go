@@ -15,13 +15,19 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// openRecorded opens Pebble on a recorder, with PebbleOptions.
-func openRecorded(t testing.TB, dir string, rec *Recorder) *pebble.DB {
-	t.Helper()
-	opts := &pebble.Options{FS: rec, MemTableSize: 256 << 10, Logger: quietLogger{t}, L0CompactionThreshold: 2,
+// recordedOptions are the options of a small Pebble on fs, with
+// PebbleOptions: frequent flushes and compactions, and MANIFEST rollover.
+func recordedOptions(t testing.TB, fs vfs.FS) *pebble.Options {
+	opts := &pebble.Options{FS: fs, MemTableSize: 256 << 10, Logger: quietLogger{t}, L0CompactionThreshold: 2,
 		MaxManifestFileSize: 32 << 10}
 	PebbleOptions(opts)
-	db, err := pebble.Open(dir, opts)
+	return opts
+}
+
+// openRecorded opens Pebble on a recorder, with recordedOptions.
+func openRecorded(t testing.TB, dir string, rec *Recorder) *pebble.DB {
+	t.Helper()
+	db, err := pebble.Open(dir, recordedOptions(t, rec))
 	if err != nil {
 		t.Fatalf("opening pebble at %s: %v", dir, err)
 	}

@@ -10,13 +10,11 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// openSeparated opens Pebble on fs with PebbleOptions and SeparateValues
-// (values of 512 bytes or more kept in blob files).
+// openSeparated opens Pebble on fs with recordedOptions and
+// SeparateValues (values of 512 bytes or more kept in blob files).
 func openSeparated(t testing.TB, dir string, fs vfs.FS) *pebble.DB {
 	t.Helper()
-	opts := &pebble.Options{FS: fs, MemTableSize: 256 << 10, Logger: quietLogger{t}, L0CompactionThreshold: 2,
-		MaxManifestFileSize: 32 << 10}
-	PebbleOptions(opts)
+	opts := recordedOptions(t, fs)
 	SeparateValues(opts, 512)
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
