@@ -656,6 +656,11 @@ func TestBenchRecording(t *testing.T) {
 			t.Errorf("--codec none --separate-values: run %+v", run)
 		}
 	}
+	// The table says so too.
+	table := must(t, b, nil, "bench", "recording", "-j", "bench/rec", "--duration", "1ns", "--codec", "snappy", "--separate-values").stdout
+	if want := "recovery logs stored with snappy; values of 256 bytes or more kept in blob files\n"; !strings.HasSuffix(table, want) {
+		t.Errorf("the table does not end with %q:\n%s", want, table)
+	}
 }
 
 // An append that cannot complete (no broker may take the journal: the
