@@ -59,8 +59,8 @@ const DefaultSeparateMinSize = 256
 // rewrites values past that.
 //
 // It raises opts.FormatMajorVersion to pebble.FormatValueSeparation, if
-// lower: a database opened so cannot be opened again by a Pebble older
-// than that format, nor with a lower format. Pebble calls value separation
+// lower: Pebble never lowers a database's format, so a database opened so
+// cannot be opened again by a Pebble too old to know that format. Pebble calls value separation
 // experimental, so it is opt-in.
 func SeparateValues(opts *pebble.Options, minSize int) {
 	if minSize <= 0 {
