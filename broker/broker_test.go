@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -531,6 +532,71 @@ func TestReadOutlivesItsSpool(t *testing.T) {
 	}
 	if !bytes.Equal(got, want.Bytes()[:1<<20]) {
 		t.Fatal("content read across the spool's removal differs")
+	}
+}
+
+// A spool whose file changed after its content was written is not
+// persisted: the persister checks what it reads back against the CRC32C
+// the spool kept as the content was written (rather than hashing it
+// again), fails, and tries again later, and the store never holds a
+// fragment whose content is not what its name says.
+func TestPersistRefusesAChangedSpool(t *testing.T) {
+	const journal = "log/changed"
+	dir := t.TempDir()
+	changed := make(chan fragment.Fragment, 1)
+	persistHook = func(f fragment.Fragment) {
+		if f.Journal != journal || f.Begin != 0 {
+			return
+		}
+		name := filepath.Join(spool.Dir(dir, journal), fmt.Sprintf("%016x.content", f.Begin))
+		file, err := os.OpenFile(name, os.O_WRONLY, 0)
+		if err == nil {
+			_, err = file.WriteAt([]byte{'!'}, 1000)
+			file.Close()
+		}
+		if err != nil {
+			t.Errorf("changing the spool's file %s: %v", name, err)
+		}
+		select {
+		case changed <- f:
+		default:
+		}
+	}
+	t.Cleanup(func() { persistHook = func(fragment.Fragment) {} })
+
+	c := newCluster(t)
+	b := c.start("b1", dir)
+	c.journal(b, journal, 1) // Fragments roll at 1 MiB.
+	failures := testutil.ToFloat64(persistErrors)
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
+	for range 5 {
+		c.appendRetry(b, journal, chunk)
+	}
+	var f fragment.Fragment
+	select {
+	case f = <-changed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first fragment was not persisted")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for testutil.ToFloat64(persistErrors) == failures {
+		if time.Now().After(deadline) {
+			t.Fatalf("persisting %s from a changed spool did not fail", f.Name())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	store, err := fragment.Open(context.Background(), c.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = store.List(context.Background(), journal, func(got fragment.Fragment) error {
+		if got.Begin == f.Begin {
+			return fmt.Errorf("the store holds %s", got.Name())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("after a failed persist of a changed spool: %v", err)
 	}
 }
 

@@ -502,12 +502,16 @@ func (s *Server) rolledFragment(journal string, spec *protocol.JournalSpec, sp *
 		Codec: codecOf(spec), Store: s.storesOf(spec)[0]}
 }
 
+var _ fragment.CheckedContent = (*spool.Reader)(nil)
+
 // persistSpool queues a rolled spool, indexed as f, for persisting; once
 // stored, the indexes serve it from the store, and its files go.
 func (s *Server) persistSpool(f fragment.Fragment, sp *spool.Spool) {
 	s.persister.enqueue(&persistJob{
 		frag: f,
-		open: func() (io.ReadCloser, error) { return io.NopCloser(sp.Reader()), nil },
+		// The spool's reader checks its content by a CRC32C, not a
+		// second SHA-256: a fragment.CheckedContent.
+		open: func() (io.ReadCloser, error) { return sp.Reader(), nil },
 		done: func(stored fragment.Fragment) {
 			s.persisted(f.Journal, stored)
 			if err := sp.Remove(); err != nil {

@@ -43,8 +43,11 @@
 // A file store keeps each fragment as a file under a root directory. An S3
 // store keeps each fragment as an object in a bucket of any S3-compatible
 // service. Both make a fragment visible atomically and only after its
-// content has been verified against its name, so a store never holds a
-// partial or mislabelled fragment that it wrote itself; and Open verifies
+// content has been verified against its name: by its SHA-256, or by the
+// content's own check if it is a CheckedContent (a broker's spool checks
+// the bytes read back against a CRC32C of those it hashed as they were
+// written). So a store never holds a partial fragment that it wrote
+// itself, nor one whose content failed those checks; and Open verifies
 // the content again as it is read, reporting ErrCorrupt if the stored bytes
 // were damaged since. Errors about a fragment that is not in a store wrap
 // fs.ErrNotExist.

@@ -29,7 +29,8 @@ type Store interface {
 	// Persist stores fragment f, compressed with f.Codec, whose uncompressed
 	// content is the first f.Len() bytes read from content. The content is
 	// verified against f.Sum before the stored object becomes visible,
-	// which it does atomically; a mismatch is an error and leaves nothing
+	// which it does atomically (by its SHA-256, or by its own Verify if it
+	// is a CheckedContent); a mismatch is an error and leaves nothing
 	// behind. Persisting a fragment that already exists succeeds without
 	// reading content or rewriting the object.
 	Persist(ctx context.Context, f Fragment, content io.Reader) error
@@ -142,16 +143,40 @@ func removeWith(ctx context.Context, storeURL string, f Fragment, remove func(co
 	return nil
 }
 
+// CheckedContent is content that can tell, more cheaply than by hashing
+// it again, whether the bytes read from it are those of a SHA-256: a
+// broker's spool, which hashed its content as it was written and keeps a
+// CRC32C of it to check it against when it is read back. Persist calls
+// Verify once it has read a fragment's content, before the stored object
+// becomes visible, instead of computing the content's SHA-256.
+//
+// Readers of a stored fragment verify its SHA-256 all the same (see
+// Store.Open), so content that passed a weaker check and was not what
+// its sum says is never served.
+type CheckedContent interface {
+	io.Reader
+	// Verify returns nil if the bytes read so far are, whole, the content
+	// whose SHA-256 is sum, and an error saying what differs otherwise.
+	Verify(sum [32]byte) error
+}
+
 // writeCompressed reads f.Len() bytes of content, compresses them with
-// f.Codec into dst, and verifies them against f.Sum. It returns an error
-// if content is shorter or does not match.
+// f.Codec into dst, and verifies them against f.Sum (by their SHA-256,
+// or by content's Verify if it is a CheckedContent). It returns an
+// error if content is shorter or does not match.
 func writeCompressed(dst io.Writer, f Fragment, content io.Reader) error {
 	zw, err := f.Codec.NewWriter(dst)
 	if err != nil {
 		return fmt.Errorf("fragment %s: %w", f.Name(), err)
 	}
-	h := sha256.New()
-	n, err := io.CopyN(io.MultiWriter(zw, h), content, f.Len())
+	checked, _ := content.(CheckedContent)
+	var h hash.Hash
+	w := io.Writer(zw)
+	if checked == nil {
+		h = sha256.New()
+		w = io.MultiWriter(zw, h)
+	}
+	n, err := io.CopyN(w, content, f.Len())
 	if err != nil {
 		zw.Close()
 		if errors.Is(err, io.EOF) {
@@ -161,6 +186,12 @@ func writeCompressed(dst io.Writer, f Fragment, content io.Reader) error {
 	}
 	if err := zw.Close(); err != nil {
 		return fmt.Errorf("fragment %s: compressing with %s: %w", f.Name(), f.Codec, err)
+	}
+	if checked != nil {
+		if err := checked.Verify(f.Sum); err != nil {
+			return fmt.Errorf("fragment %s: %w", f.Name(), err)
+		}
+		return nil
 	}
 	var sum [sha256.Size]byte
 	if h.Sum(sum[:0]); sum != f.Sum {

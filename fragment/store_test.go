@@ -105,6 +105,19 @@ type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("content must not be read") }
 
+// checkedReader is content that vouches for itself (a CheckedContent),
+// as a broker's spool does: verify says what Verify returns.
+type checkedReader struct {
+	io.Reader
+	verify error
+	sums   [][32]byte // Verify's arguments.
+}
+
+func (c *checkedReader) Verify(sum [32]byte) error {
+	c.sums = append(c.sums, sum)
+	return c.verify
+}
+
 // testStore is the conformance suite that every Store passes.
 func testStore(t *testing.T, h storeHarness) {
 	s := h.store
@@ -266,6 +279,37 @@ func testStore(t *testing.T, h storeHarness) {
 		}
 		if l := listAll(t, s, journal); len(l) != 0 {
 			t.Errorf("List = %v", names(l))
+		}
+	})
+
+	// Content that checks itself is verified by its own Verify, with the
+	// fragment's sum, not by hashing it: a failed check persists nothing.
+	// A fragment persisted from content that vouched for other bytes is
+	// caught by its readers, who verify its SHA-256.
+	t.Run("PersistCheckedContent", func(t *testing.T) {
+		const journal = "checked"
+		content := testContent(20_000, 6)
+		f := fragmentOf(journal, 0, content, None)
+		failing := &checkedReader{Reader: bytes.NewReader(content), verify: errors.New("its file changed")}
+		if err := s.Persist(ctx, f, failing); err == nil || !strings.Contains(err.Error(), "its file changed") {
+			t.Errorf("Persist of content whose check fails = %v", err)
+		}
+		if len(failing.sums) != 1 || failing.sums[0] != f.Sum {
+			t.Errorf("Verify was called with %x, want once with the fragment's sum", failing.sums)
+		}
+		if objs := objectsUnder(t, h, journal); len(objs) != 0 {
+			t.Errorf("a persist whose check failed left %v", objs)
+		}
+		other := bytes.Clone(content)
+		other[10_000] ^= 1
+		if err := s.Persist(ctx, f, &checkedReader{Reader: bytes.NewReader(other)}); err != nil {
+			t.Fatalf("Persist of content that vouches for itself: %v", err)
+		}
+		if _, err := readFragment(s, f); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("reading a fragment stored from other content = %v, want ErrCorrupt", err)
+		}
+		if err := s.Remove(ctx, f); err != nil {
+			t.Fatal(err)
 		}
 	})
 

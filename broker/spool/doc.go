@@ -21,6 +21,11 @@
 // concurrent committers (group commit), so fsync-before-acknowledge costs
 // one flush per group of appends, not per append.
 //
+// A spool also keeps, in memory, a CRC32C of the content as it is written.
+// Its Reader checks the content it reads back against it, so that the
+// rolled spool's persister need not hash the content a second time: the
+// SHA-256 was computed from the very bytes the CRC32C vouches for.
+//
 // Invariant: records are appended in commit order, each with an end offset
 // at least the previous one's; the content file is never truncated below
 // the last record's end.

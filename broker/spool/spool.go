@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"net/url"
 	"os"
@@ -35,7 +36,11 @@ type Spool struct {
 	record    []byte // the last commit record's encoding, its buffer reused
 	spare     []byte // a buffer for the next hash state
 	sum       [32]byte
-	created   time.Time
+	// crc is the CRC32C of the content through pending, committedCRC
+	// through end: what a Reader checks the content against as it is
+	// read back, more cheaply than by its SHA-256.
+	crc, committedCRC uint32
+	created           time.Time
 }
 
 // ErrClosed is returned by a Spool's methods after Close or Remove.
@@ -106,6 +111,7 @@ func (s *Spool) Write(p []byte) (int, error) {
 	}
 	n, err := s.content.WriteAt(p, s.pending-s.Begin)
 	s.hash.Write(p[:n])
+	s.crc = crc32.Update(s.crc, castagnoli, p[:n])
 	s.pending += int64(n)
 	if err != nil {
 		return n, fmt.Errorf("writing spool of %s at %d: %w", s.Journal, s.pending, err)
@@ -139,6 +145,7 @@ func (s *Spool) commit(registers labels.Set) error {
 		return fmt.Errorf("saving spool hash state: %w", err)
 	}
 	s.end, s.sum, s.committed, s.spare = s.pending, sum, state, s.committed
+	s.committedCRC = s.crc
 	return nil
 }
 
@@ -154,7 +161,7 @@ func (s *Spool) Rollback() error {
 	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(s.committed); err != nil {
 		return fmt.Errorf("restoring spool hash state: %w", err)
 	}
-	s.hash, s.pending = h, s.end
+	s.hash, s.crc, s.pending = h, s.committedCRC, s.end
 	if err := s.content.Truncate(s.end - s.Begin); err != nil {
 		return fmt.Errorf("rolling back spool of %s to %d: %w", s.Journal, s.end, err)
 	}
@@ -195,8 +202,46 @@ func (s *Spool) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // Reader returns a reader of the committed content [Begin, End()).
-func (s *Spool) Reader() io.Reader {
-	return io.NewSectionReader(s.content, 0, s.end-s.Begin)
+func (s *Spool) Reader() *Reader {
+	return &Reader{r: io.NewSectionReader(s.content, 0, s.end-s.Begin), sum: s.sum, want: s.committedCRC}
+}
+
+// Reader reads a spool's committed content, as of the call to
+// Spool.Reader, from its file, and checks what it read against the
+// CRC32C the spool computed from the content as it was written (Verify).
+// The content's SHA-256 was computed from the same bytes then, so a
+// persister need not hash them again: it is a fragment.CheckedContent.
+type Reader struct {
+	r    *io.SectionReader
+	sum  [32]byte // the spool's SHA-256 of the content
+	want uint32   // and its CRC32C
+	crc  uint32   // of what was read
+	read int64
+}
+
+func (r *Reader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.crc = crc32.Update(r.crc, castagnoli, p[:n])
+	r.read += int64(n)
+	return n, err
+}
+
+// Close does nothing: the spool owns its file.
+func (r *Reader) Close() error { return nil }
+
+// Verify returns nil if the reader has read the whole content, the
+// content's SHA-256 is sum, and the bytes read are those written (by
+// their CRC32C).
+func (r *Reader) Verify(sum [32]byte) error {
+	switch {
+	case sum != r.sum:
+		return fmt.Errorf("the spool's content has SHA-256 %x, not %x", r.sum, sum)
+	case r.read != r.r.Size():
+		return fmt.Errorf("%d of the spool's %d bytes were read", r.read, r.r.Size())
+	case r.crc != r.want:
+		return fmt.Errorf("the spool's content reads back with CRC32C %08x, not the %08x it was written with: its file changed", r.crc, r.want)
+	}
+	return nil
 }
 
 // Close closes the spool's files, keeping them on disk (to be recovered).

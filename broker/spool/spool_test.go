@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,7 +65,8 @@ func TestCommitRollbackRead(t *testing.T) {
 	}
 	mustWrite(t, s, "world")
 	mustCommit(t, s, "author=y")
-	got, err := io.ReadAll(s.Reader())
+	r := s.Reader()
+	got, err := io.ReadAll(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,12 +76,73 @@ func TestCommitRollbackRead(t *testing.T) {
 	if s.Sum() != sha256.Sum256([]byte("hello world")) {
 		t.Error("sum does not match the committed content after a rollback")
 	}
+	if err := r.Verify(s.Sum()); err != nil {
+		t.Errorf("the content read back after a rollback does not verify: %v", err)
+	}
 	buf := make([]byte, 5)
 	if _, err := s.ReadAt(buf, 106); err != nil || string(buf) != "world" {
 		t.Errorf("ReadAt(106) = %q, %v", buf, err)
 	}
 	if _, err := s.ReadAt(buf, 99); err == nil {
 		t.Error("ReadAt before begin succeeded")
+	}
+}
+
+// A spool's Reader vouches for the content it read (so that a persister
+// need not hash it again) only if it read all of it, the sum asked for is
+// the spool's, and the bytes are those written: a change to the spool's
+// file since is caught by the CRC32C kept as they were written.
+func TestReaderVerifies(t *testing.T) {
+	root := t.TempDir()
+	s, err := Create(root, "j", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Remove()
+	content := bytes.Repeat([]byte("0123456789"), 10_000)
+	mustWrite(t, s, string(content))
+	mustCommit(t, s, "")
+	mustWrite(t, s, "pending, not read")
+	sum := sha256.Sum256(content)
+	if s.Sum() != sum {
+		t.Fatal("the spool's sum is not its content's")
+	}
+	readWhole := func() *Reader {
+		r := s.Reader()
+		if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, content) {
+			t.Fatalf("reading the spool: %v (equal: %v)", err, bytes.Equal(got, content))
+		}
+		return r
+	}
+	if err := readWhole().Verify(sum); err != nil {
+		t.Errorf("intact content: %v", err)
+	}
+	if err := readWhole().Verify(sha256.Sum256([]byte("other"))); err == nil {
+		t.Error("another sum verified")
+	}
+	part := s.Reader()
+	if _, err := io.ReadFull(part, make([]byte, 999)); err != nil {
+		t.Fatal(err)
+	}
+	if err := part.Verify(sum); err == nil {
+		t.Error("content read in part verified")
+	}
+
+	// A byte of the file changed behind the spool's back.
+	f, err := os.OpenFile(s.content.Name(), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{'x'}, 54_321); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r := s.Reader()
+	if _, err := io.ReadAll(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Verify(sum); err == nil || !strings.Contains(err.Error(), "CRC32C") {
+		t.Errorf("changed content: Verify = %v, want an error naming the CRC32C", err)
 	}
 }
 
