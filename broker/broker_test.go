@@ -296,15 +296,17 @@ func TestRecoveredSpoolConflictIsQuarantined(t *testing.T) {
 	c := newCluster(t)
 	dir := t.TempDir()
 	b1 := c.start("b1", dir)
-	flush := func(s *protocol.JournalSpec) {
-		s.Fragment.FlushInterval = durationpb.New(time.Second)
-		s.Fragment.RefreshInterval = durationpb.New(time.Second)
-	}
-	c.journal(b1, "log/moved", 1, flush)
+	// No flush interval yet: b1's spool must not roll at a second's
+	// boundary, and be persisted, before b1 stops.
+	c.journal(b1, "log/moved", 1)
 	c.appendRetry(b1, "log/moved", []byte("from-b1\n"))
 	c.stop(b1) // Its spool stays on its disk.
 
 	b2 := c.start("b2", "")
+	c.journal(b2, "log/moved", 1, func(s *protocol.JournalSpec) {
+		s.Fragment.FlushInterval = durationpb.New(time.Second)
+		s.Fragment.RefreshInterval = durationpb.New(time.Second)
+	})
 	c.appendRetry(b2, "log/moved", []byte("from-b2\n"))
 	c.waitPersisted(b2, "log/moved", 8)
 
@@ -319,6 +321,21 @@ func TestRecoveredSpoolConflictIsQuarantined(t *testing.T) {
 	if len(entries) != 2 {
 		t.Fatalf("quarantine holds %d files, want the spool's 2", len(entries))
 	}
+}
+
+// A flush interval given to a journal whose spool is idle takes effect at
+// once: the spool rolls at the next boundary and is persisted, rather
+// than when the replica's next refresh (a minute away by default) would
+// have noticed the new spec.
+func TestFlushIntervalSetLaterRollsAnIdleSpool(t *testing.T) {
+	c := newCluster(t)
+	b := c.start("b1", "")
+	c.journal(b, "log/respec", 1) // No flush interval: rolls by length only.
+	c.appendRetry(b, "log/respec", []byte("idle\n"))
+	c.journal(b, "log/respec", 1, func(s *protocol.JournalSpec) {
+		s.Fragment.FlushInterval = durationpb.New(time.Second)
+	})
+	c.waitPersisted(b, "log/respec", 5)
 }
 
 // A fragment removed from the store behind the brokers' back (as pruning

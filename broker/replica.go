@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quire-dev/quire/broker/spool"
 	"github.com/quire-dev/quire/fragment"
@@ -73,8 +74,10 @@ type replica struct {
 	// token is held by whoever writes the spool: the append in progress on
 	// the primary, or the pipeline stream on another replica.
 	// kick wakes maintain when the route changes, for the primary to
-	// synchronize the new route even while no one appends.
-	kick chan struct{}
+	// synchronize the new route even while no one appends; respec wakes
+	// it when the spec's fragment settings change, for its timers
+	// (flush boundaries, refreshes) to follow them at once.
+	kick, respec chan struct{}
 
 	token chan struct{}
 	// wholes are whole appends waiting for the token, to commit together
@@ -99,7 +102,7 @@ func newReplica(srv *Server, journal string) *replica {
 	r := &replica{
 		srv: srv, journal: journal, ctx: ctx, cancel: cancel, index: newIndex(),
 		headCh: make(chan struct{}), ready: make(chan struct{}), token: make(chan struct{}, 1),
-		kick: make(chan struct{}, 1), appended: time.Now(),
+		kick: make(chan struct{}, 1), respec: make(chan struct{}, 1), appended: time.Now(),
 	}
 	r.routeCtx, r.routeStop = context.WithCancel(ctx)
 	r.token <- struct{}{}
@@ -111,6 +114,12 @@ func newReplica(srv *Server, journal string) *replica {
 func (r *replica) update(spec *protocol.JournalSpec, route *protocol.Route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.spec != nil && !proto.Equal(r.spec.GetFragment(), spec.GetFragment()) {
+		select {
+		case r.respec <- struct{}{}:
+		default:
+		}
+	}
 	r.spec = spec
 	if r.route != nil && !sameRoute(r.route, route) {
 		r.routeStop()
@@ -370,6 +379,8 @@ func (r *replica) maintain() {
 			return
 		case <-r.kick:
 			synced = false
+		case <-r.respec:
+			nextRefresh = time.Now() // With the new refresh interval.
 		case <-t.C:
 		}
 		t.Stop()
