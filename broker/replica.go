@@ -114,7 +114,9 @@ func newReplica(srv *Server, journal string) *replica {
 func (r *replica) update(spec *protocol.JournalSpec, route *protocol.Route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.spec != nil && !proto.Equal(r.spec.GetFragment(), spec.GetFragment()) {
+	// The keyspace decodes a spec once per change of its key, so an
+	// unchanged spec is the same value: compared without reflection.
+	if r.spec != nil && r.spec != spec && !proto.Equal(r.spec.GetFragment(), spec.GetFragment()) {
 		select {
 		case r.respec <- struct{}{}:
 		default:
