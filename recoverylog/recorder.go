@@ -74,7 +74,16 @@ type Recorder struct {
 	base vfs.FS
 	root string // Absolute and clean.
 
-	mu  sync.Mutex
+	// ns serializes the changes to the directory's names (creating,
+	// linking, renaming and removing files): each is made on the base FS
+	// and recorded while it is held, so that the log records them in the
+	// order the directory saw them. It is not mu, which every write, sync
+	// and landing append takes: removing a large file can take tens of
+	// milliseconds (the file system frees its blocks), and a commit of
+	// Pebble's that waited for one of its background removals would wait
+	// that long. Lock order: ns, then mu.
+	ns sync.Mutex
+	mu sync.Mutex
 	fsm *FSM // The state with every op recorded, appended or pending.
 	// small holds the content of live nodes of at most HintInlineMax
 	// bytes, for Hints.
@@ -550,11 +559,16 @@ func (r *Recorder) Create(name string, category vfs.DiskWriteCategory) (vfs.File
 	if !ok {
 		return r.base.Create(name, category)
 	}
+	r.ns.Lock()
+	defer r.ns.Unlock()
+	f, err := r.base.Create(name, category)
+	if err != nil {
+		return f, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f, err := r.base.Create(name, category)
-	if err != nil || r.err != nil {
-		return f, err // A failed recorder is the base FS (see Err).
+	if r.err != nil {
+		return f, nil // A failed recorder is the base FS (see Err).
 	}
 	node, err := r.recordCreate(rel)
 	if err != nil {
@@ -649,10 +663,15 @@ func (r *Recorder) Link(oldname, newname string) error {
 	if !ok {
 		return r.base.Link(oldname, newname)
 	}
+	r.ns.Lock()
+	defer r.ns.Unlock()
+	if err := r.base.Link(oldname, newname); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.base.Link(oldname, newname); err != nil || r.err != nil {
-		return err
+	if r.err != nil {
+		return nil
 	}
 	if oldRel, ok := r.rel(oldname); ok {
 		if id, ok := r.fsm.paths[oldRel]; ok {
@@ -679,11 +698,16 @@ func (r *Recorder) OpenReadWrite(name string, category vfs.DiskWriteCategory, op
 	if !ok {
 		return r.base.OpenReadWrite(name, category, opts...)
 	}
+	r.ns.Lock()
+	defer r.ns.Unlock()
+	f, err := r.base.OpenReadWrite(name, category, opts...)
+	if err != nil {
+		return f, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f, err := r.base.OpenReadWrite(name, category, opts...)
-	if err != nil || r.err != nil {
-		return f, err // A failed recorder is the base FS (see Err).
+	if r.err != nil {
+		return f, nil // A failed recorder is the base FS (see Err).
 	}
 	node, ok := r.fsm.paths[rel]
 	if !ok {
@@ -713,12 +737,14 @@ func (r *Recorder) Remove(name string) error {
 	if !ok {
 		return r.base.Remove(name)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.base.Remove(name); err != nil || r.err != nil {
+	r.ns.Lock()
+	defer r.ns.Unlock()
+	if err := r.base.Remove(name); err != nil {
 		return err
 	}
-	if _, ok := r.fsm.paths[rel]; ok {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.fsm.paths[rel]; ok && r.err == nil {
 		r.record(&Op{Kind: KindUnlink, Path: rel})
 	}
 	return nil
@@ -732,9 +758,11 @@ func (r *Recorder) RemoveAll(name string) error {
 	if !ok && abs != r.root {
 		return r.base.RemoveAll(name)
 	}
+	r.ns.Lock()
+	defer r.ns.Unlock()
+	err := r.base.RemoveAll(name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := r.base.RemoveAll(name)
 	if r.err != nil {
 		return err
 	}
@@ -758,10 +786,15 @@ func (r *Recorder) Rename(oldname, newname string) error {
 	if !oldIn && !newIn {
 		return r.base.Rename(oldname, newname)
 	}
+	r.ns.Lock()
+	defer r.ns.Unlock()
+	if err := r.base.Rename(oldname, newname); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.base.Rename(oldname, newname); err != nil || r.err != nil {
-		return err
+	if r.err != nil {
+		return nil
 	}
 	oldID, tracked := r.fsm.paths[oldRel]
 	switch {
