@@ -82,8 +82,8 @@ type Recorder struct {
 	// milliseconds (the file system frees its blocks), and a commit of
 	// Pebble's that waited for one of its background removals would wait
 	// that long. Lock order: ns, then mu.
-	ns sync.Mutex
-	mu sync.Mutex
+	ns  sync.Mutex
+	mu  sync.Mutex
 	fsm *FSM // The state with every op recorded, appended or pending.
 	// small holds the content of live nodes of at most HintInlineMax
 	// bytes, for Hints.

@@ -16,8 +16,8 @@ import (
 type stallingFS struct {
 	vfs.FS
 	op, stall string
-	stalled chan struct{} // Closed once the stalling call has begun.
-	release chan struct{}
+	stalled   chan struct{} // Closed once the stalling call has begun.
+	release   chan struct{}
 }
 
 func (fs *stallingFS) wait(op, name string) {
