@@ -480,8 +480,11 @@ func TestHints(t *testing.T) {
 			t.Fatalf("node %d: first offset %d is not its create op (%v)", n.Node, n.FirstOffset, &op)
 		}
 		for _, l := range n.Links {
+			// A write-ahead log that Pebble recycled is longer locally:
+			// the old log's stale bytes follow what was written to it,
+			// which alone is in the log (ReuseForWrite).
 			fi, err := os.Stat(filepath.Join(dir, l))
-			if err != nil || fi.Size() != n.Length {
+			if err != nil || fi.Size() != n.Length && !(strings.HasSuffix(l, ".log") && fi.Size() > n.Length) {
 				t.Fatalf("node %d link %s: %v, size %v, want %d", n.Node, l, err, fi, n.Length)
 			}
 		}

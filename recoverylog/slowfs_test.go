@@ -3,6 +3,7 @@ package recoverylog
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -121,5 +122,51 @@ func TestSlowNameChangesDoNotHoldUpSyncs(t *testing.T) {
 				t.Errorf("played slow exists: %v (%v); want %v", exists, err, tc.played)
 			}
 		})
+	}
+}
+
+// A write-ahead log that Pebble recycles is the old file renamed and
+// written over locally, and a new file in the log: the played file holds
+// what was written to it and nothing of the old one, and the old name is
+// gone.
+func TestReuseForWriteRecordsANewFile(t *testing.T) {
+	const journal = "recovery/reuse"
+	cl := cluster(t, journal)
+	dir := t.TempDir()
+	rec := newRecorder(t, cl, journal, dir, "r1", nil)
+	old, recycled := filepath.Join(dir, "000001.log"), filepath.Join(dir, "000002.log")
+	if err := writeFile(rec, old, "the old log, longer than the new one", true); err != nil {
+		t.Fatal(err)
+	}
+	f, err := rec.ReuseForWrite(old, recycled, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("new log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Err(); err != nil {
+		t.Fatal(err)
+	}
+	local, err := os.ReadFile(recycled)
+	if err != nil || !strings.HasPrefix(string(local), "new log") {
+		t.Fatalf("local %s: %q, %v; want it to begin with %q", recycled, local, err, "new log")
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("local %s after its reuse: %v; want it gone", old, err)
+	}
+
+	played, _ := play(t, cl, journal)
+	if got, err := os.ReadFile(filepath.Join(played, "000002.log")); err != nil || string(got) != "new log" {
+		t.Errorf("played 000002.log: %q, %v; want %q", got, err, "new log")
+	}
+	if _, err := os.Stat(filepath.Join(played, "000001.log")); !os.IsNotExist(err) {
+		t.Errorf("played 000001.log: %v; want it gone", err)
 	}
 }
