@@ -819,10 +819,13 @@ func (r *Recorder) Rename(oldname, newname string) error {
 // creation of newname as an empty file, so that it holds only what is
 // written to newname: a played directory has no stale bytes past them,
 // which Pebble's recyclable log format tells from its records anyway.
+//
+// A file still open for writing is not reused (its writer would write
+// into newname): it is removed, and newname created.
 func (r *Recorder) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	oldRel, oldIn := r.rel(oldname)
 	newRel, newIn := r.rel(newname)
-	if !oldIn || !newIn {
+	if !oldIn || !newIn || r.writing(oldRel) {
 		if err := r.Remove(oldname); err != nil && !os.IsNotExist(err) {
 			return nil, err
 		}
@@ -850,6 +853,14 @@ func (r *Recorder) ReuseForWrite(oldname, newname string, category vfs.DiskWrite
 	}
 	r.writers[node]++
 	return &recordedFile{File: f, r: r, node: node}, nil
+}
+
+// writing tells whether the file at rel is open for writing.
+func (r *Recorder) writing(rel string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.fsm.paths[rel]
+	return ok && r.writers[id] > 0
 }
 
 // MkdirAll creates directories; they are not recorded (a player creates

@@ -170,3 +170,45 @@ func TestReuseForWriteRecordsANewFile(t *testing.T) {
 		t.Errorf("played 000001.log: %v; want it gone", err)
 	}
 }
+
+// A file still open for writing is not reused: what its writer writes
+// after goes nowhere that a player sees, and the new file starts empty.
+func TestReuseForWriteOfAnOpenFile(t *testing.T) {
+	const journal = "recovery/reuse-open"
+	cl := cluster(t, journal)
+	dir := t.TempDir()
+	rec := newRecorder(t, cl, journal, dir, "r1", nil)
+	old, recycled := filepath.Join(dir, "000001.log"), filepath.Join(dir, "000002.log")
+	w, err := rec.Create(old, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write([]byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := rec.ReuseForWrite(old, recycled, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := w.Write([]byte(" and more")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(recycled); err != nil || string(got) != "new" {
+		t.Errorf("local %s: %q, %v; want %q", recycled, got, err, "new")
+	}
+	played, _ := play(t, cl, journal)
+	if got, err := os.ReadFile(filepath.Join(played, "000002.log")); err != nil || string(got) != "new" {
+		t.Errorf("played 000002.log: %q, %v; want %q", got, err, "new")
+	}
+	if _, err := os.Stat(filepath.Join(played, "000001.log")); !os.IsNotExist(err) {
+		t.Errorf("played 000001.log: %v; want it gone", err)
+	}
+}
