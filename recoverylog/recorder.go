@@ -79,9 +79,10 @@ type Recorder struct {
 	// and recorded while it is held, so that the log records them in the
 	// order the directory saw them. It is not mu, which every write, sync
 	// and landing append takes: removing a large file can take tens of
-	// milliseconds (the file system frees its blocks), and a commit of
-	// Pebble's that waited for one of its background removals would wait
-	// that long. Lock order: ns, then mu.
+	// milliseconds (the file system frees its blocks), and the syncs of
+	// Pebble's commits would wait for its background removals. (A commit
+	// that rotates the write-ahead log takes ns, and may wait for one.)
+	// Lock order: ns, then mu.
 	ns  sync.Mutex
 	mu  sync.Mutex
 	fsm *FSM // The state with every op recorded, appended or pending.
