@@ -1,6 +1,7 @@
 package recoverylog
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,87 +129,68 @@ func TestSlowNameChangesDoNotHoldUpSyncs(t *testing.T) {
 // A write-ahead log that Pebble recycles is the old file renamed and
 // written over locally, and a new file in the log: the played file holds
 // what was written to it and nothing of the old one, and the old name is
-// gone.
-func TestReuseForWriteRecordsANewFile(t *testing.T) {
-	const journal = "recovery/reuse"
-	cl := cluster(t, journal)
-	dir := t.TempDir()
-	rec := newRecorder(t, cl, journal, dir, "r1", nil)
-	old, recycled := filepath.Join(dir, "000001.log"), filepath.Join(dir, "000002.log")
-	if err := writeFile(rec, old, "the old log, longer than the new one", true); err != nil {
-		t.Fatal(err)
-	}
-	f, err := rec.ReuseForWrite(old, recycled, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write([]byte("new log")); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rec.Err(); err != nil {
-		t.Fatal(err)
-	}
-	local, err := os.ReadFile(recycled)
-	if err != nil || !strings.HasPrefix(string(local), "new log") {
-		t.Fatalf("local %s: %q, %v; want it to begin with %q", recycled, local, err, "new log")
-	}
-	if _, err := os.Stat(old); !os.IsNotExist(err) {
-		t.Errorf("local %s after its reuse: %v; want it gone", old, err)
-	}
+// gone. A file still open for writing is not reused: what its writer
+// writes after goes nowhere that a player sees, and the new file starts
+// empty locally too.
+func TestReuseForWrite(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(map[bool]string{false: "closed", true: "open"}[open], func(t *testing.T) {
+			journal := fmt.Sprintf("recovery/reuse-%v", open)
+			cl := cluster(t, journal)
+			dir := t.TempDir()
+			rec := newRecorder(t, cl, journal, dir, "r1", nil)
+			old, recycled := filepath.Join(dir, "000001.log"), filepath.Join(dir, "000002.log")
+			var w vfs.File
+			if open {
+				var err error
+				if w, err = rec.Create(old, vfs.WriteCategoryUnspecified); err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+				if _, err := w.Write([]byte("old")); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := writeFile(rec, old, "the old log, longer than the new one", true); err != nil {
+				t.Fatal(err)
+			}
+			f, err := rec.ReuseForWrite(old, recycled, vfs.WriteCategoryUnspecified)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if open {
+				if _, err := w.Write([]byte(" and more")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.Write([]byte("new log")); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rec.Err(); err != nil {
+				t.Fatal(err)
+			}
 
-	played, _ := play(t, cl, journal)
-	if got, err := os.ReadFile(filepath.Join(played, "000002.log")); err != nil || string(got) != "new log" {
-		t.Errorf("played 000002.log: %q, %v; want %q", got, err, "new log")
-	}
-	if _, err := os.Stat(filepath.Join(played, "000001.log")); !os.IsNotExist(err) {
-		t.Errorf("played 000001.log: %v; want it gone", err)
-	}
-}
-
-// A file still open for writing is not reused: what its writer writes
-// after goes nowhere that a player sees, and the new file starts empty.
-func TestReuseForWriteOfAnOpenFile(t *testing.T) {
-	const journal = "recovery/reuse-open"
-	cl := cluster(t, journal)
-	dir := t.TempDir()
-	rec := newRecorder(t, cl, journal, dir, "r1", nil)
-	old, recycled := filepath.Join(dir, "000001.log"), filepath.Join(dir, "000002.log")
-	w, err := rec.Create(old, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if _, err := w.Write([]byte("old")); err != nil {
-		t.Fatal(err)
-	}
-	f, err := rec.ReuseForWrite(old, recycled, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := w.Write([]byte(" and more")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write([]byte("new")); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := os.ReadFile(recycled); err != nil || string(got) != "new" {
-		t.Errorf("local %s: %q, %v; want %q", recycled, got, err, "new")
-	}
-	played, _ := play(t, cl, journal)
-	if got, err := os.ReadFile(filepath.Join(played, "000002.log")); err != nil || string(got) != "new" {
-		t.Errorf("played 000002.log: %q, %v; want %q", got, err, "new")
-	}
-	if _, err := os.Stat(filepath.Join(played, "000001.log")); !os.IsNotExist(err) {
-		t.Errorf("played 000001.log: %v; want it gone", err)
+			// Reused, the local file may hold stale bytes past what was
+			// written; created anew, it holds only that.
+			local, err := os.ReadFile(recycled)
+			if err != nil || !strings.HasPrefix(string(local), "new log") || open && string(local) != "new log" {
+				t.Errorf("local %s: %q, %v; want %q (and nothing more if not reused)", recycled, local, err, "new log")
+			}
+			if _, err := os.Stat(old); !os.IsNotExist(err) {
+				t.Errorf("local %s after its reuse: %v; want it gone", old, err)
+			}
+			played, _ := play(t, cl, journal)
+			if got, err := os.ReadFile(filepath.Join(played, "000002.log")); err != nil || string(got) != "new log" {
+				t.Errorf("played 000002.log: %q, %v; want %q", got, err, "new log")
+			}
+			if _, err := os.Stat(filepath.Join(played, "000001.log")); !os.IsNotExist(err) {
+				t.Errorf("played 000001.log: %v; want it gone", err)
+			}
+		})
 	}
 }

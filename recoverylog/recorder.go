@@ -568,15 +568,28 @@ func (r *Recorder) Create(name string, category vfs.DiskWriteCategory) (vfs.File
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.created(f, rel), nil
+}
+
+// created records the creation of f, a new empty file at rel, and returns
+// it as a file whose writes are recorded; a failed recorder returns f (it
+// is the base FS, see Err). r.mu is held.
+func (r *Recorder) created(f vfs.File, rel string) vfs.File {
 	if r.err != nil {
-		return f, nil // A failed recorder is the base FS (see Err).
+		return f
 	}
 	node, err := r.recordCreate(rel)
 	if err != nil {
-		return f, nil
+		return f
 	}
+	return r.writer(f, node)
+}
+
+// writer returns f, open on node, as a file whose writes are recorded.
+// r.mu is held.
+func (r *Recorder) writer(f vfs.File, node uint64) vfs.File {
 	r.writers[node]++
-	return &recordedFile{File: f, r: r, node: node}, nil
+	return &recordedFile{File: f, r: r, node: node}
 }
 
 // recordCreate records the creation of an empty file at rel, replacing
@@ -719,8 +732,7 @@ func (r *Recorder) OpenReadWrite(name string, category vfs.DiskWriteCategory, op
 		}
 		node = r.fsm.paths[rel]
 	}
-	r.writers[node]++
-	return &recordedFile{File: f, r: r, node: node}, nil
+	return r.writer(f, node), nil
 }
 
 // OpenDir opens a directory; syncing it appends the pending ops.
@@ -848,12 +860,7 @@ func (r *Recorder) ReuseForWrite(oldname, newname string, category vfs.DiskWrite
 			return f, nil
 		}
 	}
-	node, err := r.recordCreate(newRel)
-	if err != nil {
-		return f, nil
-	}
-	r.writers[node]++
-	return &recordedFile{File: f, r: r, node: node}, nil
+	return r.created(f, newRel), nil
 }
 
 // writing tells whether the file at rel is open for writing.
