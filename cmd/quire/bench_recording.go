@@ -70,7 +70,7 @@ CPU as well.`,
 	fl.StringVarP(&f.journal, "journal", "j", "bench/recording", "prefix of the recovery-log journals to create")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long each run writes")
 	fl.IntVar(&f.rounds, "rounds", 1, "pairs of runs (plain, then recorded)")
-	fl.StringVar(&f.dir, "dir", "", "directory for the databases (default: a temporary directory)")
+	fl.StringVar(&f.dir, "dir", "", "directory for the databases, on the file system the stores will use (default: a temporary directory)")
 	fl.Int32Var(&f.replication, "replication", 1, "replication of the recovery logs")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.StringVar(&f.codec, "codec", "zstd", "codec of the recovery logs: none, gzip, zstd or snappy")
