@@ -67,6 +67,12 @@ func BenchmarkAppendClient(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendClientLarge appends 160 KiB, about what a recorded
+// store's sync appends, from one writer through the Go client.
+func BenchmarkAppendClientLarge(b *testing.B) {
+	benchAppendWith(b, 1, 160<<10, 1, nil, clientAppender)
+}
+
 // clientAppender appends through a Go client of the primary, whose route
 // it learns first.
 func clientAppender(b *testing.B, primary *testBroker, journal string) appendFunc {

@@ -130,14 +130,16 @@ func (c *readerContent) release() {
 // its message is sent (the codec copies it), and a seeker is read again
 // for a retry rather than kept. Otherwise an append of 1 KiB from a
 // bytes.Reader allocates its chunk each time: a third of the client's
-// allocations.
+// allocations. The classes reach MaxChunkSize: a large append from a
+// seeker otherwise allocates, and clears, a chunk of up to ChunkSize for
+// each message.
 const (
 	minPooledChunk = 512
-	maxPooledChunk = minPooledChunk << (len(chunkPools) - 1) // 64 KiB
+	maxPooledChunk = minPooledChunk << (len(chunkPools) - 1) // 1 MiB, MaxChunkSize
 )
 
 // chunkPools[i] holds *[]byte of capacity minPooledChunk<<i.
-var chunkPools [8]sync.Pool
+var chunkPools [12]sync.Pool
 
 // getChunk returns a buffer of length n, pooled if n is at most
 // maxPooledChunk.

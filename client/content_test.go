@@ -9,7 +9,8 @@ import (
 func TestChunkPoolClasses(t *testing.T) {
 	for _, tc := range []struct{ n, cap int }{
 		{0, 512}, {1, 512}, {512, 512}, {513, 1024}, {1025, 2048}, {2048, 2048},
-		{2049, 4096}, {64 << 10, 64 << 10}, {64<<10 + 1, 64<<10 + 1},
+		{2049, 4096}, {64 << 10, 64 << 10}, {64<<10 + 1, 128 << 10},
+		{MaxChunkSize, MaxChunkSize}, {MaxChunkSize + 1, MaxChunkSize + 1},
 	} {
 		b := getChunk(tc.n)
 		if len(b) != tc.n || cap(b) != tc.cap {
@@ -26,7 +27,11 @@ func TestChunkPoolClasses(t *testing.T) {
 // Released chunks serve later contents, which read as their own.
 func TestReleasedChunksServeLaterContent(t *testing.T) {
 	for i := range 100 {
-		want := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i*37)
+		n := 1 + i*37
+		if i%4 == 3 { // Large enough for the pools of the largest chunks.
+			n = 64<<10 + i*9973
+		}
+		want := bytes.Repeat([]byte{byte('a' + i%26)}, n)
 		c := contentOf(bytes.NewReader(want), 0)
 		var got []byte
 		for {
