@@ -7,6 +7,9 @@ import (
 )
 
 func TestChunkPoolClasses(t *testing.T) {
+	if maxPooledChunk < MaxChunkSize {
+		t.Errorf("chunks are pooled up to %d bytes, want up to MaxChunkSize (%d)", maxPooledChunk, MaxChunkSize)
+	}
 	for _, tc := range []struct{ n, cap int }{
 		{0, 512}, {1, 512}, {512, 512}, {513, 1024}, {1025, 2048}, {2048, 2048},
 		{2049, 4096}, {64 << 10, 64 << 10}, {64<<10 + 1, 128 << 10},
