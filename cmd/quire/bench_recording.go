@@ -49,7 +49,8 @@ fragments are removed with this command's store credentials), --rounds
 times. The workload is
 write-heavy: batches of 100 keys with 1 KiB random values, each committed
 with a sync, as a consumer's transactions commit. Reports MB/s of values
-written each way, and the cost of recording: 1 - recorded / plain, over
+written each way, the p50 and p99 of a batch's commit (its sync
+included), and the cost of recording: 1 - recorded / plain, over
 all runs, and the median of each round's cost (a round's plain and
 recorded runs go back to back, so the median of rounds resists a machine
 whose speed drifts between rounds).
@@ -84,6 +85,10 @@ type benchRecordingRun struct {
 	Seconds     float64 `json:"seconds"`
 	Batches     int     `json:"batches"`
 	MBPerSecond float64 `json:"mbPerSecond"`
+	// CommitP50Ms and CommitP99Ms are percentiles of how long a batch's
+	// commit took, its sync included.
+	CommitP50Ms float64 `json:"commitP50Ms"`
+	CommitP99Ms float64 `json:"commitP99Ms"`
 	// LogBytes is what the recovery log took (zero for plain runs).
 	LogBytes int64 `json:"logBytes"`
 }
@@ -163,13 +168,14 @@ func runBenchRecording(ctx context.Context, stdout, stderr io.Writer, jf *journa
 		return writeJSON(stdout, res)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSECONDS\tBATCHES\tMB/S\tLOG MB")
+	fmt.Fprintln(tw, "RUN\tSECONDS\tBATCHES\tMB/S\tP50\tP99\tLOG MB")
 	for _, r := range res.Runs {
 		name := "plain"
 		if r.Recorded {
 			name = "recorded"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%.1f\t%.1f\n", name, r.Seconds, r.Batches, r.MBPerSecond, float64(r.LogBytes)/1e6)
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%.1f\t%.2fms\t%.2fms\t%.1f\n", name, r.Seconds, r.Batches, r.MBPerSecond,
+			r.CommitP50Ms, r.CommitP99Ms, float64(r.LogBytes)/1e6)
 	}
 	fmt.Fprintf(tw, "cost of recording: %.0f%% over all runs", 100*res.Cost)
 	if len(res.RoundCosts) > 1 {
@@ -231,7 +237,7 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 		return fmt.Sprintf("bench recording: round %d, %s: %.0fs of %s; %d batches, %.1f MB/s", round+1, what, secs, f.duration,
 			written.Load(), float64(written.Load())*100*1024/1e6/secs)
 	})
-	batches, err := writeBatches(ctx, db, f.duration, &written)
+	commits, err := writeBatches(ctx, db, f.duration, &written)
 	done()
 	elapsed := time.Since(start)
 	if cerr := db.Close(); err == nil {
@@ -240,8 +246,9 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 	if err != nil {
 		return benchRecordingRun{}, fmt.Errorf("writing to pebble in %s: %w", dir, err)
 	}
-	run := benchRecordingRun{Recorded: rec, Seconds: elapsed.Seconds(), Batches: batches,
-		MBPerSecond: float64(batches) * 100 * 1024 / 1e6 / elapsed.Seconds()}
+	run := benchRecordingRun{Recorded: rec, Seconds: elapsed.Seconds(), Batches: len(commits),
+		MBPerSecond: float64(len(commits)) * 100 * 1024 / 1e6 / elapsed.Seconds(),
+		CommitP50Ms: percentileMs(commits, 0.5), CommitP99Ms: percentileMs(commits, 0.99)}
 	if recorder != nil {
 		run.LogBytes = recorder.FSM().Offset
 	}
@@ -249,29 +256,31 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 }
 
 // writeBatches commits batches of 100 keys with 1 KiB random values, each
-// with a sync, until d has passed (at least one), and returns how many it
-// committed; written counts them as they commit.
-func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration, written *atomic.Int64) (int, error) {
+// with a sync, until d has passed (at least one), and returns how long
+// each commit took; written counts them as they commit.
+func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration, written *atomic.Int64) ([]time.Duration, error) {
 	value := make([]byte, 1024)
 	rng := rand.NewChaCha8([32]byte{})
 	deadline := time.Now().Add(d)
-	n := 0
+	var commits []time.Duration
 	// At least one batch, so that a run has a rate to compare.
-	for ; (n == 0 || time.Now().Before(deadline)) && ctx.Err() == nil; n++ {
+	for n := 0; (n == 0 || time.Now().Before(deadline)) && ctx.Err() == nil; n++ {
 		b := db.NewBatch()
 		for j := range 100 {
 			rng.Read(value)
 			if err := b.Set(fmt.Appendf(nil, "key-%08d", (n*100+j)%200000), value, nil); err != nil {
-				return n, err
+				return commits, err
 			}
 		}
+		start := time.Now()
 		if err := b.Commit(pebble.Sync); err != nil {
-			return n, err
+			return commits, err
 		}
+		commits = append(commits, time.Since(start))
 		b.Close()
 		written.Add(1)
 	}
-	return n, ctx.Err()
+	return commits, ctx.Err()
 }
 
 // removeJournal removes a journal that the command created, and its

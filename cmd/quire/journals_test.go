@@ -613,6 +613,10 @@ func TestBenchRecording(t *testing.T) {
 		if run.Batches == 0 || run.MBPerSecond <= 0 || run.Recorded != (run.LogBytes > int64(run.Batches)*100*1024) {
 			t.Errorf("run %+v", run)
 		}
+		// Its commits' percentiles, each at most as long as the run.
+		if run.CommitP50Ms <= 0 || run.CommitP99Ms < run.CommitP50Ms || run.CommitP99Ms > run.Seconds*1000 {
+			t.Errorf("run %+v: commit p50 %vms, p99 %vms", run, run.CommitP50Ms, run.CommitP99Ms)
+		}
 	}
 	if res.Cost >= 1 {
 		t.Errorf("cost %v", res.Cost)
@@ -660,6 +664,9 @@ func TestBenchRecording(t *testing.T) {
 	table := must(t, b, nil, "bench", "recording", "-j", "bench/rec", "--duration", "1ns", "--codec", "snappy", "--separate-values").stdout
 	if want := "recovery logs stored with snappy; values of 256 bytes or more kept in blob files\n"; !strings.HasSuffix(table, want) {
 		t.Errorf("the table does not end with %q:\n%s", want, table)
+	}
+	if !strings.HasPrefix(table, "RUN ") || !strings.Contains(table, " P50 ") || !strings.Contains(table, " P99 ") {
+		t.Errorf("the table has no columns of the commits' percentiles:\n%s", table)
 	}
 }
 
