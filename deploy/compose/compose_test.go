@@ -115,7 +115,7 @@ func (c *cluster) checkBadConfiguration() {
 	} {
 		args := append(append([]string{"run", "--rm", "--network", network}, tc.env...), "quire/quire:"+imageTag)
 		cmd := exec.Command("docker", append(append(args, "broker", "serve", "--suffix", "misconfigured"), tc.args...)...)
-		out, err := cmd.CombinedOutput()
+		out, err := composetest.Run(cmd, composetest.DockerTimeout, true)
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != tc.code || !strings.Contains(string(out), tc.flag) ||
 			!strings.Contains(strings.ToLower(string(out)), strings.ToLower(tc.reason)) {
@@ -127,7 +127,7 @@ func (c *cluster) checkBadConfiguration() {
 	args := []string{"run", "-d", "--network", network, "--env-file", "s3.env", "-e", etcd,
 		"quire/quire:" + imageTag, "broker", "serve", "--zone", "zone-a", "--suffix", "broker1", "--lease", brokerLease.String()}
 	id := strings.TrimSpace(c.Run("docker", args...))
-	defer exec.Command("docker", "rm", "-f", id).Run()
+	defer composetest.Docker("rm", "-f", id)
 	ip := strings.TrimSpace(c.Run("docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", id))
 	sawWaiting := false
 	c.Await(time.Minute, "the duplicate broker", func() error {
@@ -140,7 +140,7 @@ func (c *cluster) checkBadConfiguration() {
 			}
 			sawWaiting = sawWaiting || strings.Contains(string(body), "announcing")
 		}
-		out, err := exec.Command("docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", id).Output()
+		out, err := composetest.Docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", id)
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func (c *cluster) checkBadConfiguration() {
 		}
 		return nil
 	})
-	logs, _ := exec.Command("docker", "logs", id).CombinedOutput()
+	logs, _ := composetest.Run(exec.Command("docker", "logs", id), composetest.DockerTimeout, true)
 	if !sawWaiting || !strings.Contains(string(logs), "held by another live process") {
 		c.t.Errorf("the duplicate broker: saw /readyz say announcing: %v; its log ends %q", sawWaiting, composetest.LastLines(string(logs), 2))
 	}

@@ -93,7 +93,7 @@ func Up(t testing.TB, opts Options) *Cluster {
 			t.Skipf("%s is not installed: the compose cluster needs Docker with docker-compose", tool)
 		}
 	}
-	if out, err := exec.Command("docker", "info").CombinedOutput(); err != nil {
+	if out, err := Run(exec.Command("docker", "info"), DockerTimeout, true); err != nil {
 		t.Skipf("docker does not answer: %v: %s", err, out)
 	}
 	n := (os.Getpid() + opts.Slot) % 100
@@ -113,7 +113,7 @@ func Up(t testing.TB, opts Options) *Cluster {
 		c.TLSDir = t.TempDir()
 		cmd := exec.Command("go", "run", "./gencerts", "-dir", c.TLSDir, "-subnet", c.Subnet)
 		cmd.Dir = c.Dir
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := Run(cmd, BuildTimeout, true); err != nil {
 			t.Fatalf("gencerts: %v\n%s", err, out)
 		}
 		c.files = append(c.files, filepath.Join(c.Dir, "compose.tls.yaml"))
@@ -164,7 +164,7 @@ func BuildImages(t testing.TB) {
 		start := time.Now()
 		cmd := exec.Command("bash", filepath.Join(dir, "..", "images"))
 		cmd.Env = append(os.Environ(), "VERSION="+ImageTag)
-		out, err := cmd.CombinedOutput()
+		out, err := Run(cmd, BuildTimeout, true)
 		images.out = fmt.Sprintf("images built in %s:\n%s", time.Since(start).Round(time.Second), LastLines(string(out), 4))
 		if err != nil {
 			images.err = fmt.Errorf("deploy/images: %w\n%s", err, out)
@@ -190,7 +190,7 @@ func (c *Cluster) down() {
 	// Paused containers do not stop: unpause any a failed test left.
 	for _, s := range slices.Concat(Brokers, Consumers, StreamSums, Etcds) {
 		if id := c.ID(s); id != "" {
-			exec.Command("docker", "unpause", id).Run()
+			Docker("unpause", id)
 		}
 	}
 	c.ComposeOut("down", "--volumes", "--remove-orphans", "--timeout", "1")
@@ -198,7 +198,7 @@ func (c *Cluster) down() {
 	label := "label=com.docker.compose.project=" + c.Project
 	for _, kind := range [][]string{{"ps", "-a", "-q"}, {"network", "ls", "-q"}, {"volume", "ls", "-q"}} {
 		args := append(kind, "--filter", label)
-		if out, err := exec.Command("docker", args...).Output(); err != nil || len(bytes.TrimSpace(out)) != 0 {
+		if out, err := Docker(args...); err != nil || len(bytes.TrimSpace(out)) != 0 {
 			c.t.Errorf("after compose down, docker %s: %q %v", strings.Join(args, " "), out, err)
 		}
 	}
@@ -207,9 +207,9 @@ func (c *Cluster) down() {
 // Compose runs docker-compose on the project, failing the test if it fails.
 func (c *Cluster) Compose(args ...string) string {
 	c.t.Helper()
-	out, err := c.composeCmd(args...).CombinedOutput()
+	out, err := Run(c.composeCmd(args...), DockerTimeout, true)
 	if err != nil {
-		c.t.Fatalf("docker-compose %s: %v\n%s", strings.Join(args, " "), err, out)
+		c.t.Fatalf("%v\n%s", err, out)
 	}
 	return string(out)
 }
@@ -217,9 +217,9 @@ func (c *Cluster) Compose(args ...string) string {
 // ComposeOut runs docker-compose on the project and returns its output,
 // whatever it exits with.
 func (c *Cluster) ComposeOut(args ...string) string {
-	out, err := c.composeCmd(args...).CombinedOutput()
+	out, err := Run(c.composeCmd(args...), DockerTimeout, true)
 	if err != nil {
-		return fmt.Sprintf("%s\n(docker-compose %s: %v)", out, strings.Join(args, " "), err)
+		return fmt.Sprintf("%s\n(%v)", out, err)
 	}
 	return string(out)
 }
@@ -227,8 +227,8 @@ func (c *Cluster) ComposeOut(args ...string) string {
 // ComposeErr runs docker-compose on the project, and returns an error
 // with its output if it fails.
 func (c *Cluster) ComposeErr(args ...string) error {
-	if out, err := c.composeCmd(args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("docker-compose %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	if out, err := Run(c.composeCmd(args...), DockerTimeout, true); err != nil {
+		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
 }
@@ -244,14 +244,15 @@ func (c *Cluster) composeCmd(args ...string) *exec.Cmd {
 	return cmd
 }
 
-// Run runs a command in deploy/compose, failing the test if it fails.
+// Run runs a command in deploy/compose under BuildTimeout, failing the
+// test if it fails.
 func (c *Cluster) Run(name string, args ...string) string {
 	c.t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = c.Dir
-	out, err := cmd.CombinedOutput()
+	out, err := Run(cmd, BuildTimeout, true)
 	if err != nil {
-		c.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		c.t.Fatalf("%v\n%s", err, out)
 	}
 	return string(out)
 }
@@ -338,7 +339,7 @@ func (c *Cluster) AwaitSetup() {
 		if id == "" {
 			return errors.New("no setup container")
 		}
-		out, err := exec.Command("docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", id).Output()
+		out, err := Docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", id)
 		if err != nil {
 			return err
 		}

@@ -16,9 +16,9 @@ import (
 // ID is the container of service, or "" if it has none. (It asks docker,
 // which answers in milliseconds; docker-compose takes a second or more.)
 func (c *Cluster) ID(service string) string {
-	out, _ := exec.Command("docker", "ps", "-aq", "--no-trunc",
+	out, _ := Docker("ps", "-aq", "--no-trunc",
 		"--filter", "label=com.docker.compose.project="+c.Project,
-		"--filter", "label=com.docker.compose.service="+service).Output()
+		"--filter", "label=com.docker.compose.service="+service)
 	return strings.TrimSpace(string(out))
 }
 
@@ -28,7 +28,7 @@ func (c *Cluster) Pid(service string) (int, error) {
 	if id == "" {
 		return 0, fmt.Errorf("%s has no container", service)
 	}
-	out, err := exec.Command("docker", "inspect", "-f", "{{.State.Pid}}", id).Output()
+	out, err := Docker("inspect", "-f", "{{.State.Pid}}", id)
 	if err != nil {
 		return 0, fmt.Errorf("inspecting %s: %w", service, err)
 	}
@@ -47,7 +47,7 @@ func (c *Cluster) Restarts(service string) (int, bool, error) {
 	if id == "" {
 		return 0, false, fmt.Errorf("%s has no container", service)
 	}
-	out, err := exec.Command("docker", "inspect", "-f", "{{.RestartCount}} {{.State.Running}} {{.State.Restarting}}", id).Output()
+	out, err := Docker("inspect", "-f", "{{.RestartCount}} {{.State.Running}} {{.State.Restarting}}", id)
 	if err != nil {
 		return 0, false, fmt.Errorf("inspecting %s: %w", service, err)
 	}
@@ -72,8 +72,8 @@ func (c *Cluster) InNetns(service, name string, args ...string) error {
 
 func inNetns(pid int, service, name string, args ...string) error {
 	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", name}, args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s in %s's network: %w: %s", name, strings.Join(args, " "), service, err, out)
+	if out, err := Run(cmd, DockerTimeout, true); err != nil {
+		return fmt.Errorf("in %s's network: %w: %s", service, err, out)
 	}
 	return nil
 }
@@ -173,11 +173,11 @@ func (c *Cluster) docker(verb, service string, flags ...string) error {
 		return fmt.Errorf("%s has no container", service)
 	}
 	args := append(append([]string{verb}, flags...), id)
-	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+	if out, err := Run(exec.Command("docker", args...), DockerTimeout, true); err != nil {
 		if bytes.Contains(out, []byte("is restarting")) || bytes.Contains(out, []byte("is not running")) {
 			return fmt.Errorf("docker %s %s: %w: %s", verb, service, ErrNotRunning, out)
 		}
-		return fmt.Errorf("docker %s %s: %w: %s", verb, service, err, out)
+		return fmt.Errorf("%s: %w: %s", service, err, out)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -64,7 +63,7 @@ func staleProjects() []string {
 	var out []string
 	for _, kind := range [][]string{{"ps", "-a"}, {"network", "ls"}, {"volume", "ls"}} {
 		args := append(kind, "--filter", "label=com.docker.compose.project", "--format", `{{.Label "com.docker.compose.project"}}`)
-		list, err := exec.Command("docker", args...).Output()
+		list, err := Docker(args...)
 		if err != nil {
 			continue
 		}
@@ -83,20 +82,20 @@ func staleProjects() []string {
 func removeProject(project string) {
 	label := "label=com.docker.compose.project=" + project
 	ids := func(kind ...string) []string {
-		out, _ := exec.Command("docker", append(kind, "-q", "--filter", label)...).Output()
+		out, _ := Docker(append(kind, "-q", "--filter", label)...)
 		return strings.Fields(string(bytes.TrimSpace(out)))
 	}
 	if paused := ids("ps", "--filter", "status=paused"); len(paused) > 0 {
-		exec.Command("docker", append([]string{"unpause"}, paused...)...).Run()
+		Docker(append([]string{"unpause"}, paused...)...)
 	}
 	if c := ids("ps", "-a"); len(c) > 0 {
-		exec.Command("docker", append([]string{"rm", "-f", "-v"}, c...)...).Run()
+		Docker(append([]string{"rm", "-f", "-v"}, c...)...)
 	}
 	if n := ids("network", "ls"); len(n) > 0 {
-		exec.Command("docker", append([]string{"network", "rm"}, n...)...).Run()
+		Docker(append([]string{"network", "rm"}, n...)...)
 	}
 	if v := ids("volume", "ls"); len(v) > 0 {
-		exec.Command("docker", append([]string{"volume", "rm", "-f"}, v...)...).Run()
+		Docker(append([]string{"volume", "rm", "-f"}, v...)...)
 	}
 	os.Remove(ownerFile(project))
 }
