@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -50,7 +51,9 @@ times. The workload is
 write-heavy: batches of 100 keys with 1 KiB random values, each committed
 with a sync, as a consumer's transactions commit. Reports MB/s of values
 written each way, the p50 and p99 of a batch's commit (its sync
-included), and the cost of recording: 1 - recorded / plain, over
+included), Pebble's write stalls (their time and count: commits held
+while memtables wait to be flushed or level 0 to be compacted, when the
+database's background work falls behind), and the cost of recording: 1 - recorded / plain, over
 all runs, and the median of each round's cost (a round's plain and
 recorded runs go back to back, so the median of rounds resists a machine
 whose speed drifts between rounds).
@@ -91,6 +94,53 @@ type benchRecordingRun struct {
 	CommitP99Ms float64 `json:"commitP99Ms"`
 	// LogBytes is what the recovery log took (zero for plain runs).
 	LogBytes int64 `json:"logBytes"`
+	// Stalls and StalledSeconds count Pebble's write stalls and their
+	// time: commits held because memtables wait to be flushed or level 0
+	// to be compacted, which is when background work falls behind.
+	Stalls         int     `json:"stalls"`
+	StalledSeconds float64 `json:"stalledSeconds"`
+}
+
+// stallClock times a database's write stalls from its events.
+type stallClock struct {
+	now func() time.Time // time.Now if nil
+
+	mu      sync.Mutex
+	began   time.Time // zero outside a stall
+	stalls  int
+	stalled time.Duration
+}
+
+func (c *stallClock) clock() time.Time {
+	if c.now == nil {
+		return time.Now()
+	}
+	return c.now()
+}
+
+// listen has l report write stalls to c.
+func (c *stallClock) listen(l *pebble.EventListener) {
+	l.WriteStallBegin = func(pebble.WriteStallBeginInfo) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.began = c.clock()
+		c.stalls++
+	}
+	l.WriteStallEnd = func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.began.IsZero() {
+			c.stalled += c.clock().Sub(c.began)
+			c.began = time.Time{}
+		}
+	}
+}
+
+// totals returns the stalls so far and their time.
+func (c *stallClock) totals() (int, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stalls, c.stalled
 }
 
 // benchRecordingResult is what `bench recording` reports.
@@ -168,14 +218,14 @@ func runBenchRecording(ctx context.Context, stdout, stderr io.Writer, jf *journa
 		return writeJSON(stdout, res)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSECONDS\tBATCHES\tMB/S\tP50\tP99\tLOG MB")
+	fmt.Fprintln(tw, "RUN\tSECONDS\tBATCHES\tMB/S\tP50\tP99\tSTALLED\tLOG MB")
 	for _, r := range res.Runs {
 		name := "plain"
 		if r.Recorded {
 			name = "recorded"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%.1f\t%.2fms\t%.2fms\t%.1f\n", name, r.Seconds, r.Batches, r.MBPerSecond,
-			r.CommitP50Ms, r.CommitP99Ms, float64(r.LogBytes)/1e6)
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%.1f\t%.2fms\t%.2fms\t%.2fs (%d)\t%.1f\n", name, r.Seconds, r.Batches, r.MBPerSecond,
+			r.CommitP50Ms, r.CommitP99Ms, r.StalledSeconds, r.Stalls, float64(r.LogBytes)/1e6)
 	}
 	fmt.Fprintf(tw, "cost of recording: %.0f%% over all runs", 100*res.Cost)
 	if len(res.RoundCosts) > 1 {
@@ -202,7 +252,11 @@ func runBenchRecording(ctx context.Context, stdout, stderr io.Writer, jf *journa
 func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client, jf *journalsFlags,
 	f benchRecordingFlags, dir string, rec bool, round int) (benchRecordingRun, error) {
 	defer os.RemoveAll(dir)
-	opts := &pebble.Options{FS: vfs.Default, Logger: store.PebbleLogger(slog.New(slog.DiscardHandler))}
+	var stalls stallClock
+	listener := &pebble.EventListener{}
+	stalls.listen(listener)
+	opts := &pebble.Options{FS: vfs.Default, Logger: store.PebbleLogger(slog.New(slog.DiscardHandler)),
+		EventListener: listener}
 	recoverylog.PebbleOptions(opts)
 	if f.separateValues {
 		recoverylog.SeparateValues(opts, 0)
@@ -249,6 +303,8 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 	run := benchRecordingRun{Recorded: rec, Seconds: elapsed.Seconds(), Batches: len(commits),
 		MBPerSecond: float64(len(commits)) * 100 * 1024 / 1e6 / elapsed.Seconds(),
 		CommitP50Ms: percentileMs(commits, 0.5), CommitP99Ms: percentileMs(commits, 0.99)}
+	n, stalled := stalls.totals()
+	run.Stalls, run.StalledSeconds = n, stalled.Seconds()
 	if recorder != nil {
 		run.LogBytes = recorder.FSM().Offset
 	}

@@ -617,6 +617,10 @@ func TestBenchRecording(t *testing.T) {
 		if run.CommitP50Ms <= 0 || run.CommitP99Ms < run.CommitP50Ms || run.CommitP99Ms > run.Seconds*1000 {
 			t.Errorf("run %+v: commit p50 %vms, p99 %vms", run, run.CommitP50Ms, run.CommitP99Ms)
 		}
+		// Write stalls, timed within the run.
+		if run.Stalls < 0 || run.StalledSeconds < 0 || run.StalledSeconds > run.Seconds || (run.Stalls == 0 && run.StalledSeconds != 0) {
+			t.Errorf("run %+v: %d stalls over %vs", run, run.Stalls, run.StalledSeconds)
+		}
 	}
 	if res.Cost >= 1 {
 		t.Errorf("cost %v", res.Cost)
