@@ -175,13 +175,13 @@ func (r *replica) appendWholesLocked(batch []*whole, spec *protocol.JournalSpec)
 // earlier in the batch) is answered with that attempt's range.
 func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
 	s := r.spool()
-	registers := r.registers
+	registers := commitRegisters{set: r.registers}
 	var appended []*whole
 	var contents [][]byte
 	end := s.Pending()
 	for _, w := range batch {
-		if last, ok := lastAppendOf(registers, w.first.Writer); ok && w.first.Sequence == last.seq {
-			w.resp = committedAlready(r.journal, last, registers)
+		if last, ok := lastAppendOf(registers.set, w.first.Writer); ok && w.first.Sequence == last.seq {
+			w.resp = committedAlready(r.journal, last, registers.set)
 			continue
 		}
 		begin := end
@@ -189,7 +189,7 @@ func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
 		w.resp = &protocol.AppendResponse{Status: protocol.Status_OK,
 			Commit: &protocol.Fragment{Journal: r.journal, Begin: begin, End: end}}
 		if w.first.Writer != "" {
-			registers = withWriter(registers, w.first.Writer, lastAppend{w.first.Sequence, begin, end})
+			registers.withWriter(w.first.Writer, lastAppend{w.first.Sequence, begin, end})
 		}
 		appended = append(appended, w)
 		contents = append(contents, w.first.Content)
@@ -204,13 +204,13 @@ func (r *replica) writeWholes(p *pipeline, batch []*whole) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := r.commit(p, registers, last); err != nil {
+	if err := r.commit(p, registers.set, last); err != nil {
 		return false, err
 	}
 	appendCommits.Inc()
 	appendsCommitted.Add(float64(len(appended)))
 	bytesAppended.Add(float64(s.End() - begin))
-	answer := answered(registers)
+	answer := answered(registers.set)
 	for _, w := range appended {
 		w.resp.Registers = answer
 	}

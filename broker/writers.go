@@ -128,6 +128,34 @@ func withWriter(registers labels.Set, writer string, a lastAppend) labels.Set {
 	return registers.Subtract(drop)
 }
 
+// commitRegisters are the registers of a commit of several appends in
+// the making. They start as the journal's, which commits and answers in
+// flight share and which never change; the first append that changes
+// them copies them, and the commit's later appends update the copy in
+// place, rather than copying the registers of 16 writers once an append.
+type commitRegisters struct {
+	set   labels.Set
+	owned bool // set is this commit's copy
+}
+
+// withWriter records writer's append a, as withWriter does.
+func (c *commitRegisters) withWriter(writer string, a lastAppend) {
+	name := protocol.WriterRegisterPrefix + writer
+	i, found := slices.BinarySearchFunc(c.set, name, func(l labels.Label, name string) int {
+		return strings.Compare(l.Name, name)
+	})
+	if found {
+		if last, ok := parseLastAppend(c.set[i].Value); ok && last.seq > a.seq {
+			return
+		}
+		if c.owned && (i+1 == len(c.set) || c.set[i+1].Name != name) {
+			c.set[i].Value = a.value()
+			return
+		}
+	}
+	c.set, c.owned = withWriter(c.set, writer, a), true
+}
+
 // answered is what an append's answer carries of registers: all but the
 // writers', which are the brokers' own record. A writer knows its own, and
 // the others' made an answer to a 100-byte append of a journal with 16

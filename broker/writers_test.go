@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,6 +42,43 @@ func TestWithWriterKeepsTheLatestWriters(t *testing.T) {
 	}
 	if err := regs.Validate(); err != nil {
 		t.Errorf("registers do not validate: %v", err)
+	}
+}
+
+// A commit's registers come out as withWriter would make them, one
+// append at a time, and the journal's registers they start from, which
+// commits in flight share, do not change.
+func TestCommitRegistersCopyOnce(t *testing.T) {
+	journal := labels.Set{{Name: "author", Value: "z1.b1"}}
+	for i := range MaxWriters {
+		journal = withWriter(journal, fmt.Sprintf("w%02d", i), lastAppend{seq: 1, begin: int64(10 * i), end: int64(10*i + 10)})
+	}
+	before := slices.Clone(journal)
+	appends := []struct {
+		writer string
+		a      lastAppend
+	}{
+		{"w03", lastAppend{seq: 2, begin: 160, end: 170}}, // the first change copies
+		{"w04", lastAppend{seq: 2, begin: 170, end: 180}}, // in place
+		{"w03", lastAppend{seq: 3, begin: 180, end: 190}}, // in place again
+		{"w04", lastAppend{seq: 1, begin: 190, end: 200}}, // older: ignored
+		{"w99", lastAppend{seq: 1, begin: 200, end: 210}}, // new: pushes out w00
+		{"w05", lastAppend{seq: 2, begin: 210, end: 220}},
+	}
+	c := commitRegisters{set: journal}
+	want := journal
+	for _, ap := range appends {
+		c.withWriter(ap.writer, ap.a)
+		want = withWriter(want, ap.writer, ap.a)
+		if !c.set.Equal(want) {
+			t.Fatalf("after %s's %+v: %v, want %v", ap.writer, ap.a, c.set, want)
+		}
+	}
+	if !journal.Equal(before) {
+		t.Errorf("the journal's registers changed: %v, were %v", journal, before)
+	}
+	if v, _ := c.set.Value(protocol.WriterRegisterPrefix + "w03"); v != "3@180-190" {
+		t.Errorf("w03: %q, want 3@180-190", v)
 	}
 }
 
