@@ -172,8 +172,11 @@ func (c *Client) appendOnce(ctx context.Context, t target, first *protocol.Appen
 	// The first message carries the first chunk, and the last one commits:
 	// an append of at most one chunk is a single message. err is that of
 	// reading the chunk after chunk: io.EOF if there is none.
-	msg := attemptOf(first)
-	msg.DoNotProxy = t.doNotProxy
+	// The attempts of an append take turns with its first message, each
+	// setting the fields that are its own: gRPC has marshaled a message
+	// when Send returns, so no earlier attempt reads it still.
+	msg := first
+	msg.DoNotProxy, msg.Content, msg.Commit, msg.Tag = t.doNotProxy, nil, false, 0
 	chunk, err := body.next(c.cfg.ChunkSize)
 	var next []byte
 	if err == nil {
@@ -214,25 +217,6 @@ func (c *Client) appendOnce(ctx context.Context, t target, first *protocol.Appen
 		if next, err = body.next(c.cfg.ChunkSize); err != nil && err != io.EOF {
 			return nil, n, &contentError{err}
 		}
-	}
-}
-
-// attemptOf is the first message of an attempt of the append whose first
-// message is first: a new message, as the attempt sets its own
-// DoNotProxy, Content, Commit and Tag, with first's other fields. It
-// shares first's header, offset and labels, which no attempt changes,
-// rather than cloning them with proto.Clone, whose reflection cost a
-// twentieth of a small append's allocated bytes.
-func attemptOf(first *protocol.AppendRequest) *protocol.AppendRequest {
-	return &protocol.AppendRequest{
-		Header:            first.Header,
-		Journal:           first.Journal,
-		Offset:            first.Offset,
-		CheckRegisters:    first.CheckRegisters,
-		UnionRegisters:    first.UnionRegisters,
-		SubtractRegisters: first.SubtractRegisters,
-		Writer:            first.Writer,
-		Sequence:          first.Sequence,
 	}
 }
 

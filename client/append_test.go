@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
@@ -336,40 +335,5 @@ func TestAppendsFallBackToAppendStreams(t *testing.T) {
 	}
 	if got := len(c.commits("j")); got != 2 {
 		t.Fatalf("%d commits, want 2", got)
-	}
-}
-
-// An attempt's first message carries every field of the append's first
-// message but those each attempt sets, so a field added to AppendRequest
-// must be copied by attemptOf or named here.
-func TestAttemptOfCopiesEveryField(t *testing.T) {
-	perAttempt := map[protoreflect.Name]bool{"do_not_proxy": true, "content": true, "commit": true, "tag": true}
-	fields := (&protocol.AppendRequest{}).ProtoReflect().Descriptor().Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		first := &protocol.AppendRequest{}
-		m := first.ProtoReflect()
-		switch {
-		case fd.IsList():
-			m.Mutable(fd).List().Append(protoreflect.ValueOfMessage((&protocol.Label{Name: "a", Value: "b"}).ProtoReflect()))
-		case fd.Kind() == protoreflect.MessageKind:
-			m.Set(fd, protoreflect.ValueOfMessage((&protocol.Header{Revision: 7}).ProtoReflect()))
-		case fd.Kind() == protoreflect.StringKind:
-			m.Set(fd, protoreflect.ValueOfString("x"))
-		case fd.Kind() == protoreflect.BytesKind:
-			m.Set(fd, protoreflect.ValueOfBytes([]byte("x")))
-		case fd.Kind() == protoreflect.BoolKind:
-			m.Set(fd, protoreflect.ValueOfBool(true))
-		case fd.Kind() == protoreflect.Int64Kind:
-			m.Set(fd, protoreflect.ValueOfInt64(7))
-		case fd.Kind() == protoreflect.Uint64Kind:
-			m.Set(fd, protoreflect.ValueOfUint64(7))
-		default:
-			t.Fatalf("field %s: kind %v; teach this test to set it", fd.Name(), fd.Kind())
-		}
-		got := attemptOf(first).ProtoReflect().Has(fd)
-		if got == perAttempt[fd.Name()] {
-			t.Errorf("field %s: copied %v; want %v", fd.Name(), got, !perAttempt[fd.Name()])
-		}
 	}
 }
