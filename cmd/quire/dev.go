@@ -207,6 +207,7 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 		return err
 	}
 	defer unlock()
+	tuneGC()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(f.port))
 	lis, err := net.Listen("tcp", addr)
