@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 
-
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
