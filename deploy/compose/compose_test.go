@@ -74,7 +74,7 @@ func TestClusterTLS(t *testing.T) {
 	cmd.Env = append(os.Environ(), "QUIRE_TLS_CA="+filepath.Join(c.TLSDir, "ca.pem"))
 	// Refused: how the client hears of it (an alert naming the missing
 	// certificate, or a connection closed under it) varies with timing.
-	if out, err := cmd.CombinedOutput(); err == nil || strings.Contains(string(out), "ops/check") {
+	if out, err := composetest.Run(cmd, composetest.DockerTimeout, true); err == nil || strings.Contains(string(out), "ops/check") {
 		t.Errorf("quire journals list without a client certificate: %v, %s; want it refused", err, out)
 	}
 }

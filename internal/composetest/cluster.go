@@ -376,7 +376,8 @@ func (c *Cluster) Journals() *client.Client {
 	return cl
 }
 
-// Quire runs the host's quire CLI against the cluster with stdin.
+// Quire runs the host's quire CLI against the cluster with stdin, under
+// DockerTimeout, and returns its standard output; see Run.
 func (c *Cluster) Quire(stdin string, args ...string) (string, error) {
 	cmd := exec.Command(filepath.Join(c.Bin, "quire"), args...)
 	cmd.Env = append(os.Environ(), "QUIRE_BROKER="+c.Addr("broker1", 7700), "QUIRE_CONSUMER="+c.Addr("wordcount1", 7702))
@@ -384,13 +385,8 @@ func (c *Cluster) Quire(stdin string, args ...string) (string, error) {
 		cmd.Env = append(cmd.Env, c.ClientTLSEnv()...)
 	}
 	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err != nil {
-		err = fmt.Errorf("quire %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), err
+	out, err := Run(cmd, DockerTimeout, false)
+	return string(out), err
 }
 
 // ClientTLSEnv is the environment of a client with the client certificate.

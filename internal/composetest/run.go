@@ -16,9 +16,10 @@ import (
 // hanging the test until go test's deadline kills the binary before its
 // cleanups run, leaving the cluster for the next Up to remove.
 const (
-	// DockerTimeout bounds one docker or docker-compose command. Bringing
-	// the cluster up or down takes seconds, up to a minute on a busy
-	// machine; five minutes is a daemon that is stuck.
+	// DockerTimeout bounds one docker or docker-compose command, or one
+	// of the host's quire CLI against the cluster. Bringing the cluster up
+	// or down takes seconds, up to a minute on a busy machine; five
+	// minutes is a daemon that is stuck.
 	DockerTimeout = 5 * time.Minute
 	// BuildTimeout bounds building the images or the host's binaries,
 	// which take minutes from a cold cache on two cores.

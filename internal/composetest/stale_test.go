@@ -18,7 +18,7 @@ func TestRemoveStaleRemovesOnlyWhatDeadOwnersLeft(t *testing.T) {
 	const dead, live = projectPrefix + "-stale-dead", projectPrefix + "-stale-live"
 	for _, p := range []string{dead, live} {
 		t.Cleanup(func() { removeProject(p) })
-		out, err := exec.Command("docker", "network", "create", "--label", "com.docker.compose.project="+p, p+"_net").CombinedOutput()
+		out, err := Run(exec.Command("docker", "network", "create", "--label", "com.docker.compose.project="+p, p+"_net"), DockerTimeout, true)
 		if err != nil {
 			t.Fatalf("docker network create: %v: %s", err, out)
 		}
@@ -27,7 +27,7 @@ func TestRemoveStaleRemovesOnlyWhatDeadOwnersLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	removeStale(t)
-	out, err := exec.Command("docker", "network", "ls", "--format", "{{.Name}}").Output()
+	out, err := Docker("network", "ls", "--format", "{{.Name}}")
 	if err != nil {
 		t.Fatal(err)
 	}
