@@ -53,10 +53,10 @@ with a sync, as a consumer's transactions commit. Reports MB/s of values
 written each way, the p50 and p99 of a batch's commit (its sync
 included), Pebble's write stalls (their time and count: commits held
 while memtables wait to be flushed or level 0 to be compacted, when the
-database's background work falls behind), and the cost of recording: 1 - recorded / plain, over
-all runs, and the median of each round's cost (a round's plain and
-recorded runs go back to back, so the median of rounds resists a machine
-whose speed drifts between rounds).
+database's background work falls behind), and the cost of recording:
+1 - recorded / plain, over all runs, and the median of each round's
+cost (a round's plain and recorded runs go back to back, so the median
+of rounds resists a machine whose speed drifts between rounds).
 
 --codec sets the codec of the recovery logs it creates (zstd by default,
 as for any journal); --separate-values has both runs keep values apart

@@ -216,18 +216,25 @@ func advertiseFor(listen string) string {
 }
 
 // tuneGC sets the garbage collector as a broker's process wants it
-// (gctune), and logs what it set.
-func tuneGC() {
-	s := gctune.Tune(slog.Default())
+// (gctune), and logs what it set; a bad AUTOMEMLIMIT is a usage error.
+func tuneGC() error {
+	s, err := gctune.Tune(slog.Default())
+	if err != nil {
+		return usageError{err}
+	}
 	limit := slog.String("memoryLimit", "none")
 	if s.MemoryLimit != math.MaxInt64 {
 		limit = slog.Int64("memoryLimitBytes", s.MemoryLimit)
 	}
 	slog.Info("garbage collector", slog.Int("gogc", s.Percent), limit)
+	return nil
 }
 
 func runBrokerServe(ctx context.Context, f brokerFlags) error {
 	if err := f.validate(); err != nil {
+		return err
+	}
+	if err := tuneGC(); err != nil {
 		return err
 	}
 	if err := checkStore(ctx, f.store); err != nil {
@@ -242,7 +249,6 @@ func runBrokerServe(ctx context.Context, f brokerFlags) error {
 		return usageError{err}
 	}
 	serverOpts, dialOpts = append(serverOpts, authOpts...), append(dialOpts, tokenOpts...)
-	tuneGC()
 	etcd, err := etcdclient.Dial(ctx, f.etcd, f.etcdTLS, f.etcdUser, f.prefix, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("--etcd: %w", err)

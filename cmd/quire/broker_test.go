@@ -113,6 +113,14 @@ func TestBrokerServeFlags(t *testing.T) {
 			t.Errorf("%v: err %v, want a usage error naming %q", tc.args, r.err, tc.want)
 		}
 	}
+	// The collector's environment, read by broker serve and dev.
+	t.Setenv("AUTOMEMLIMIT", "2")
+	for _, args := range [][]string{base, {"dev", "--dir", t.TempDir()}} {
+		r := quire(context.Background(), nil, args...)
+		if !errors.As(r.err, new(usageError)) || !strings.Contains(r.err.Error(), `AUTOMEMLIMIT="2"`) || r.stdout != "" {
+			t.Errorf("%v with AUTOMEMLIMIT=2: err %v, stdout %q; want a usage error naming it", args, r.err, r.stdout)
+		}
+	}
 }
 
 // A broker cut off from etcd for longer than its lease exits once it

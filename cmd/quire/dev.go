@@ -189,6 +189,9 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
+	if err := tuneGC(); err != nil {
+		return err
+	}
 	authorization, err := f.authorization()
 	if err != nil {
 		return err
@@ -207,7 +210,6 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) error {
 		return err
 	}
 	defer unlock()
-	tuneGC()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(f.port))
 	lis, err := net.Listen("tcp", addr)

@@ -13,7 +13,7 @@
 // it, so a heap that grows large costs collections, not memory beyond
 // what GOGC=100 would have let it take.
 //
-// GOGC and GOMEMLIMIT in the environment win over both; AUTOMEMLIMIT=off
-// leaves the memory limit unset, and then GOGC stays Go's default, as it
-// does when the memory cannot be learned.
+// GOGC and GOMEMLIMIT in the environment win over both. AUTOMEMLIMIT sets
+// another share of the memory, or, off, leaves the limit unset; then GOGC
+// stays Go's default, as it does when the memory cannot be learned.
 package gctune

@@ -1,10 +1,12 @@
 package gctune
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -37,7 +39,10 @@ func TestTuneSetsBoth(t *testing.T) {
 	if err != nil {
 		t.Skipf("this machine's memory is unknown: %v", err)
 	}
-	got := Tune(slog.New(slog.DiscardHandler))
+	got, err := Tune(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := int64(float64(memory) * Ratio)
 	if got.Percent != Percent || current() != Percent || got.MemoryLimit != want || debug.SetMemoryLimit(-1) != want {
 		t.Errorf("settings %+v, GOGC %d, limit %d; want GOGC %d under %d (%v of %d)",
@@ -52,7 +57,7 @@ func TestTuneKeepsTheEnvironments(t *testing.T) {
 	t.Setenv("GOGC", "150")
 	debug.SetGCPercent(150) // as the runtime would have, at start
 	debug.SetMemoryLimit(math.MaxInt64)
-	if got := Tune(slog.New(slog.DiscardHandler)); got.Percent != 150 || current() != 150 {
+	if got, _ := Tune(slog.New(slog.DiscardHandler)); got.Percent != 150 || current() != 150 {
 		t.Errorf("with GOGC=150: settings %+v, GOGC %d", got, current())
 	}
 
@@ -60,7 +65,7 @@ func TestTuneKeepsTheEnvironments(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "1GiB")
 	debug.SetGCPercent(100)
 	debug.SetMemoryLimit(1 << 30)
-	if got := Tune(slog.New(slog.DiscardHandler)); got.MemoryLimit != 1<<30 || debug.SetMemoryLimit(-1) != 1<<30 || got.Percent != Percent {
+	if got, _ := Tune(slog.New(slog.DiscardHandler)); got.MemoryLimit != 1<<30 || debug.SetMemoryLimit(-1) != 1<<30 || got.Percent != Percent {
 		t.Errorf("with GOMEMLIMIT=1GiB: settings %+v, limit %d; want it kept, and GOGC %d", got, debug.SetMemoryLimit(-1), Percent)
 	}
 }
@@ -73,7 +78,36 @@ func TestTuneWithoutALimit(t *testing.T) {
 	t.Setenv("AUTOMEMLIMIT", "off")
 	debug.SetGCPercent(100)
 	debug.SetMemoryLimit(math.MaxInt64)
-	if got := Tune(slog.New(slog.DiscardHandler)); got.Percent != 100 || current() != 100 || got.MemoryLimit != math.MaxInt64 {
+	if got, _ := Tune(slog.New(slog.DiscardHandler)); got.Percent != 100 || current() != 100 || got.MemoryLimit != math.MaxInt64 {
 		t.Errorf("with AUTOMEMLIMIT=off: settings %+v, GOGC %d", got, current())
+	}
+}
+
+// A bad AUTOMEMLIMIT is refused, naming its value, and changes nothing.
+func TestTuneRefusesABadRatio(t *testing.T) {
+	restore(t)
+	unset(t, "GOGC", "GOMEMLIMIT")
+	debug.SetGCPercent(100)
+	debug.SetMemoryLimit(math.MaxInt64)
+	for _, v := range []string{"", "0", "1.5", "-0.2", "NaN", "half"} {
+		t.Setenv("AUTOMEMLIMIT", v)
+		_, err := Tune(slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", v)) {
+			t.Errorf("AUTOMEMLIMIT=%q: error %v; want one naming the value", v, err)
+		}
+		if current() != 100 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+			t.Errorf("AUTOMEMLIMIT=%q: GOGC %d, limit %d; want both unchanged", v, current(), debug.SetMemoryLimit(-1))
+		}
+	}
+}
+
+// The GOGC reported is the one in force, off included.
+func TestCurrent(t *testing.T) {
+	restore(t)
+	for _, p := range []int{-1, 150, 400} {
+		debug.SetGCPercent(p)
+		if got := current(); got != p {
+			t.Errorf("GOGC set to %d: current() = %d", p, got)
+		}
 	}
 }
