@@ -54,8 +54,8 @@ type Cluster struct {
 	// Start.
 	Auth  *auth.Authorizer
 	Token auth.TokenSource
-	// LeaseTTL is the brokers' Config.LeaseTTL; zero is 3 s, so that
-	// failover tests fail over quickly. Set it before Start.
+	// LeaseTTL is the brokers' Config.LeaseTTL; zero is DefaultLeaseTTL.
+	// Set it before Start.
 	LeaseTTL time.Duration
 }
 
@@ -131,7 +131,7 @@ func (c *Cluster) run(name, dir, addr string) *Broker {
 	b := &Broker{Name: name, Endpoint: lis.Addr().String(), Dir: dir, srv: grpc.NewServer(slices.Concat(rpcbuf.ServerOptions(), c.ServerOptions, c.Auth.ServerOptions())...),
 		drain: make(chan struct{}), done: make(chan error, 1)}
 	srv, err := broker.New(broker.Config{Etcd: c.Etcd, Root: c.Root, Zone: "z" + name, Suffix: name,
-		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: cmp.Or(c.LeaseTTL, 3*time.Second),
+		Endpoint: b.Endpoint, Dir: b.Dir, DefaultStore: c.Store, LeaseTTL: cmp.Or(c.LeaseTTL, DefaultLeaseTTL),
 		DrainTimeout: drainTimeout, DialOptions: append(slices.Clip(c.DialOptions), auth.DialOptions(c.Token)...),
 		Auth: c.Auth, Logger: quiet})
 	if err != nil {
@@ -157,6 +157,16 @@ func (c *Cluster) run(name, dir, addr string) *Broker {
 	c.Brokers[name] = b
 	return b
 }
+
+// DefaultLeaseTTL is the brokers' lease when Cluster.LeaseTTL is zero.
+// Nothing here waits for a broker's lease to run out (Stop revokes it,
+// Drain hands its journals over), so the lease is as long as a
+// production broker's: etcd's client gives a lease up once an answer to
+// its keepalive is a TTL late, and under the race detector on a loaded
+// 2-core machine a 3 s lease was once lost so, stopping its broker and
+// leaving journals of replication 3 short of a broker for the rest of the
+// test.
+const DefaultLeaseTTL = 10 * time.Second
 
 // drainTimeout is the brokers' Config.DrainTimeout: a cluster of fewer
 // brokers than its journals' replication drains in a few seconds.

@@ -4,6 +4,7 @@
 package consumertest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -32,7 +33,12 @@ type Fleet struct {
 	Journals *client.Client
 	Root     string
 	App      consumer.Application
-	// LeaseTTL of the processes; zero means 3s.
+	// LeaseTTL of the processes; zero means consumer.DefaultLeaseTTL, as
+	// in production: etcd's client gives a lease up once an answer to its
+	// keepalive is a TTL late, and under the race detector on a loaded
+	// 2-core machine a 3 s lease can be lost so, ending a process that
+	// nothing restarts. Tests that wait for a crashed or cut-off process's
+	// lease to run out set a shorter one.
 	LeaseTTL time.Duration
 	// Configure, if set, adjusts each process's config before it starts.
 	Configure func(*consumer.Config)
@@ -98,10 +104,7 @@ func (f *Fleet) StartUnlisted(name, zone string) *Process {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ttl := f.LeaseTTL
-	if ttl == 0 {
-		ttl = 3 * time.Second
-	}
+	ttl := cmp.Or(f.LeaseTTL, consumer.DefaultLeaseTTL)
 	p := &Process{Name: name, Zone: zone, Endpoint: lis.Addr().String(),
 		grpc:  grpc.NewServer(append(rpcbuf.ServerOptions(), f.Auth.ServerOptions()...)...),
 		drain: make(chan struct{}), exited: make(chan struct{})}
