@@ -67,6 +67,17 @@ func newCluster(t testing.TB) *cluster {
 	return c
 }
 
+// leaseTTL is the test brokers' lease, as long as a production broker's:
+// etcd's client gives a lease up once an answer to its keepalive is a TTL
+// late, which the race detector on a loaded 2-core machine can make a 3 s
+// lease's, stopping its broker mid-test. Tests of what a lease's expiry
+// ends (a broker cut from etcd, or crashed without revoking it) take
+// shortLease, through their edits.
+const (
+	leaseTTL   = 10 * time.Second
+	shortLease = 3 * time.Second
+)
+
 // start runs a broker with its spools in dir (a fresh directory if empty).
 func (c *cluster) start(name, dir string) *testBroker {
 	c.t.Helper()
@@ -85,7 +96,7 @@ func (c *cluster) startWith(name, dir string, client *clientv3.Client, edit func
 		c.t.Fatal(err)
 	}
 	cfg := Config{Etcd: client, Root: c.root, Zone: "z" + name[len(name)-1:], Suffix: name,
-		Endpoint: lis.Addr().String(), Dir: dir, DefaultStore: c.store, LeaseTTL: 3 * time.Second, Logger: testLogger}
+		Endpoint: lis.Addr().String(), Dir: dir, DefaultStore: c.store, LeaseTTL: leaseTTL, Logger: testLogger}
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -222,7 +222,7 @@ func (c *cluster) startLinked(name string, links *faultnet.Links, dir string, ed
 		cfg.Endpoint = sw.Proxy(c.t, cfg.Endpoint)
 		links.Name(cfg.Endpoint, name)
 		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(links.Dialer(name, sw.Dial))}
-		cfg.IsolationTimeout = 4 * time.Second
+		cfg.LeaseTTL, cfg.IsolationTimeout = shortLease, 4*time.Second
 		if edit != nil {
 			edit(name, cfg)
 		}

@@ -21,7 +21,9 @@ import (
 // the live broker goes on serving.
 func TestDuplicateNameServesNothing(t *testing.T) {
 	c := newCluster(t)
-	b1 := c.start("b1", "")
+	// The duplicate waits out what the holder's lease had left, and then
+	// some, before it judges the holder alive.
+	b1 := c.startWith("b1", "", c.etcd, func(cfg *Config) { cfg.LeaseTTL = shortLease })
 	c.journal(b1, "dup/one", 1)
 	c.appendRetry(b1, "dup/one", []byte("before\n"))
 

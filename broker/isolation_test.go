@@ -119,10 +119,11 @@ func (c *cluster) awaitAnnouncedOnlyAfter(t *testing.T, name, healed string, hea
 // default): the broker left alone keeps serving.
 func TestBrokerOutlivesDeadPeers(t *testing.T) {
 	c := newCluster(t)
-	edit, checked := checks(nil)
+	short := func(cfg *Config) { cfg.LeaseTTL = shortLease } // The dead peers' run out.
+	edit, checked := checks(short)
 	b1 := c.startWith("b1", "", c.etcd, edit)
-	c.start("b2", "")
-	c.start("b3", "")
+	c.startWith("b2", "", c.etcd, short)
+	c.startWith("b3", "", c.etcd, short)
 	const journal = "logs/lone"
 	c.journal(b1, journal, 3)
 	c.awaitRoute(b1, journal, 3)

@@ -39,6 +39,7 @@ func (c *cluster) startPartitionable(name string, sw *partitionable, edit func(*
 	}
 	c.t.Cleanup(func() { etcd.Close() })
 	return c.startWith(name, "", etcd, func(cfg *Config) {
+		cfg.LeaseTTL = shortLease // Cut from etcd, it runs out.
 		cfg.Endpoint = sw.net.Proxy(c.t, cfg.Endpoint)
 		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(sw.net.Dial)}
 		if edit != nil {
