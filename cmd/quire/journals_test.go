@@ -47,7 +47,7 @@ func startBrokerWith(t *testing.T, edit func(*broker.Config)) string {
 	}
 	cfg := broker.Config{Etcd: etcd, Root: root, Zone: "z", Suffix: "b1",
 		Endpoint: lis.Addr().String(), Dir: t.TempDir(), DefaultStore: "file://" + t.TempDir() + "/",
-		LeaseTTL: 3 * time.Second, Logger: quietLogger}
+		LeaseTTL: 10 * time.Second, Logger: quietLogger} // Nothing waits for it to run out.
 	edit(&cfg)
 	srv, err := broker.New(cfg)
 	if err != nil {
