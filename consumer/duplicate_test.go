@@ -93,7 +93,7 @@ func TestDuplicateNameServesNothing(t *testing.T) {
 // only under its own: its shards fail over once, not twice.
 func TestRestartWithinLeaseServesUnderItsOwnLease(t *testing.T) {
 	c := newCluster(t, counter{})
-	c.fleet.LeaseTTL = 3 * time.Second // The test waits for the crashed process's to run out.
+	c.fleet.LeaseTTL = consumertest.ShortLeaseTTL // The test waits for the crashed process's to run out.
 	old := c.fleet.Start("c1", "za")
 	c.apply(c.shardSpec("restart/shard-0", 0, "restart/in-0"))
 	p := c.publisher()

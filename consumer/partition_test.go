@@ -35,7 +35,7 @@ func TestPartitionedPrimaryProcessCountsOnce(t *testing.T) {
 		t.Cleanup(func() { etcd.Close() })
 		cfg.Etcd = etcd
 	}
-	c.fleet.LeaseTTL = 3 * time.Second // The cut-off primary's runs out.
+	c.fleet.LeaseTTL = consumertest.ShortLeaseTTL // The cut-off primary's runs out.
 	c.fleet.Start("c1", "za")
 	c.fleet.Start("c2", "zb")
 	const shard, journal = "counts/shard-0", "counts/in-0"

@@ -33,8 +33,8 @@ func newGateway(t *testing.T) (string, *brokertest.Cluster) {
 	c := brokertest.New(t)
 	// A 64 MiB append under the race detector, on a loaded 2-core
 	// machine, once left its journal with no primary for 30 s, silently,
-	// as a lease run out would (the 3 s that failover tests use): nothing
-	// here fails over, so a longer lease costs nothing.
+	// as a lease run out would (then 3 s; brokertest's default is now
+	// 10 s): nothing here fails over, so a longer lease costs nothing.
 	c.LeaseTTL = 15 * time.Second
 	b := c.Start("a")
 	cl := c.Client(b)

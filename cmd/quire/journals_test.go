@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quire-dev/quire/broker"
+	"github.com/quire-dev/quire/internal/brokertest"
 	"github.com/quire-dev/quire/internal/etcdtest"
 	"github.com/quire-dev/quire/internal/freeport"
 	"github.com/quire-dev/quire/protocol"
@@ -47,7 +48,7 @@ func startBrokerWith(t *testing.T, edit func(*broker.Config)) string {
 	}
 	cfg := broker.Config{Etcd: etcd, Root: root, Zone: "z", Suffix: "b1",
 		Endpoint: lis.Addr().String(), Dir: t.TempDir(), DefaultStore: "file://" + t.TempDir() + "/",
-		LeaseTTL: 10 * time.Second, Logger: quietLogger} // Nothing waits for it to run out.
+		LeaseTTL: brokertest.DefaultLeaseTTL, Logger: quietLogger} // Nothing waits for it to run out.
 	edit(&cfg)
 	srv, err := broker.New(cfg)
 	if err != nil {

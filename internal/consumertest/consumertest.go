@@ -38,7 +38,7 @@ type Fleet struct {
 	// keepalive is a TTL late, and under the race detector on a loaded
 	// 2-core machine a 3 s lease can be lost so, ending a process that
 	// nothing restarts. Tests that wait for a crashed or cut-off process's
-	// lease to run out set a shorter one.
+	// lease to run out set ShortLeaseTTL.
 	LeaseTTL time.Duration
 	// Configure, if set, adjusts each process's config before it starts.
 	Configure func(*consumer.Config)
@@ -49,6 +49,10 @@ type Fleet struct {
 	Token auth.TokenSource
 	Procs map[string]*Process
 }
+
+// ShortLeaseTTL is the lease of tests that wait for a process's lease to
+// run out: short, so that they fail over soon.
+const ShortLeaseTTL = 3 * time.Second
 
 // Process is one consumer process.
 type Process struct {

@@ -122,7 +122,7 @@ func TestSumsExactlyOnceThroughCrashes(t *testing.T) {
 	journals := bc.Client(b)
 	root := strings.TrimSuffix(bc.Root, "/") + "-streamsum/"
 	fleet := consumertest.New(t, bc.Etcd, journals, root, streamsum.App{})
-	fleet.LeaseTTL = 3 * time.Second // A crashed primary's shards fail over when it runs out.
+	fleet.LeaseTTL = consumertest.ShortLeaseTTL // A crashed primary's shards fail over when it runs out.
 	fleet.Start("p1", "za")
 	fleet.Start("p2", "zb")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
