@@ -70,3 +70,26 @@ func FuzzClaimsJSON(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseCapability feeds ParseCapability any text, as a token's claims
+// or `quire auth mint --grant` carry it: it must refuse or parse, never
+// panic; what it parses grants something, only rights Quire defines or
+// application bits, and prints as names that parse back to it.
+func FuzzParseCapability(f *testing.F) {
+	for _, s := range []string{"READ,APPEND", "list, app16", "APP31", "APP15", "APP016", "BIT8", "", ",", "READ,,APPEND", "UNASSIGN,STAT,REPLICATE,APPLY"} {
+		f.Add(s)
+	}
+	reserved := ^(All | Capability(^uint32(0)>>FirstApplicationBit<<FirstApplicationBit))
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseCapability(s)
+		if err != nil {
+			return
+		}
+		if c == 0 || c&reserved != 0 {
+			t.Fatalf("ParseCapability(%q) = %#x, granting nothing or reserved bits", s, uint32(c))
+		}
+		if back, err := ParseCapability(c.String()); err != nil || back != c {
+			t.Fatalf("ParseCapability(%q) = %s, which parses as %#x, %v", s, c, uint32(back), err)
+		}
+	})
+}
