@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -90,6 +91,49 @@ func FuzzParseCapability(f *testing.F) {
 		}
 		if back, err := ParseCapability(c.String()); err != nil || back != c {
 			t.Fatalf("ParseCapability(%q) = %s, which parses as %#x, %v", s, c, uint32(back), err)
+		}
+	})
+}
+
+// FuzzParseKeys feeds parseKeys key files of any content: it must refuse
+// or read them, never panic, and every key it reads can verify, under a
+// known algorithm and a fingerprint of its kind.
+func FuzzParseKeys(f *testing.F) {
+	_, pub, err := GenerateEd25519()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(pub)
+	f.Add(append(append([]byte{}, pub...), pub...))
+	f.Add([]byte("a secret of at least thirty-two bytes, for HMAC"))
+	f.Add([]byte("short"))
+	f.Add([]byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		keys, err := parseKeys(data)
+		if err != nil {
+			return
+		}
+		if len(keys) == 0 {
+			t.Fatalf("parseKeys(%q) read no key, and no error", data)
+		}
+		for _, k := range keys {
+			if k.method() == nil || k.verify == nil || k.id == "" {
+				t.Fatalf("parseKeys(%q) read key %+v", data, k)
+			}
+		}
+	})
+}
+
+// FuzzParseToken feeds parseToken token files of any content: what it
+// reads is one token, without white space.
+func FuzzParseToken(f *testing.F) {
+	for _, s := range []string{"eyJ.a.b\n", " two tokens ", "", "\n\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tok, err := parseToken(data)
+		if err == nil && (tok == "" || strings.ContainsAny(tok, " \t\r\n")) {
+			t.Fatalf("parseToken(%q) = %q", data, tok)
 		}
 	})
 }
