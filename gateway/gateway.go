@@ -245,5 +245,14 @@ func (g *Gateway) append(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, StatusOf(err), err)
 		return
 	}
-	writeJSON(w, f)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(appended{Journal: name, Begin: f.GetBegin(), End: f.GetEnd()})
+}
+
+// appended is an append's answer: the range of the journal its content
+// took. Offsets are strings, as in the protobuf JSON of the other answers.
+type appended struct {
+	Journal string `json:"journal"`
+	Begin   int64  `json:"begin,string"`
+	End     int64  `json:"end,string"`
 }

@@ -323,8 +323,9 @@ func TestWithCurl(t *testing.T) {
 	url, _ := newGateway(t)
 	out, err := exec.Command("curl", "-sS", "--fail-with-body", "--data-binary", "one\ntwo\n",
 		url+"/v1/journals/test/text?framing=lines").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), `"end":"8"`) {
-		t.Fatalf("curl append: %v: %s", err, out)
+	// The answer is the range appended, and nothing else.
+	if want := `{"journal":"test/text","begin":"0","end":"8"}` + "\n"; err != nil || string(out) != want {
+		t.Fatalf("curl append: %v: %s, want %s", err, out, want)
 	}
 	out, err = exec.Command("curl", "-sS", "--fail-with-body", url+"/v1/journals/test/text").CombinedOutput()
 	if err != nil || string(out) != "one\ntwo\n" {
