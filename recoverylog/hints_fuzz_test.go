@@ -46,9 +46,8 @@ func FuzzUnmarshalHints(f *testing.F) {
 				t.Fatalf("segments %v begin after the replay's start %d", segs, h.ReplayFrom())
 			}
 		}
-		f := h.fsm()
-		if len(f.nodes) != len(h.Nodes) {
-			t.Fatalf("the state of hints %s has %d nodes, not %d", raw, len(f.nodes), len(h.Nodes))
+		if state := h.fsm(); len(state.nodes) != len(h.Nodes) {
+			t.Fatalf("the state of hints %s has %d nodes, not %d", raw, len(state.nodes), len(h.Nodes))
 		}
 		again, err := MarshalHints(h)
 		if err != nil {
