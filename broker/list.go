@@ -14,6 +14,7 @@ import (
 
 	"github.com/quire-dev/quire/allocator"
 	"github.com/quire-dev/quire/auth"
+	"github.com/quire-dev/quire/fragment"
 	"github.com/quire-dev/quire/labels"
 	"github.com/quire-dev/quire/protocol"
 )
@@ -253,7 +254,7 @@ func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsReque
 		if err := s.listStores(ctx, req.Journal, spec, ix); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "listing the stores of suspended %s: %v", req.Journal, err)
 		}
-		return s.listFragments(ctx, ix, req, hdr), nil
+		return s.listFragments(ctx, ix, req, hdr, nil), nil
 	case r == nil && (req.DoNotProxy || len(route.GetMembers()) == 0):
 		return &protocol.FragmentsResponse{Status: protocol.Status_NOT_REPLICA, Header: hdr}, nil
 	case r == nil:
@@ -272,35 +273,44 @@ func (s *Server) ListFragments(ctx context.Context, req *protocol.FragmentsReque
 			return nil, status.Errorf(codes.Unavailable, "listing the stores of %s: %v", req.Journal, err)
 		}
 	}
-	return s.listFragments(ctx, r.index, req, hdr), nil
+	return s.listFragments(ctx, r.index, req, hdr, r.openFragment(spec)), nil
 }
 
-// listFragments answers a page of the fragments of ix.
-func (s *Server) listFragments(ctx context.Context, ix *index, req *protocol.FragmentsRequest, hdr *protocol.Header) *protocol.FragmentsResponse {
+// listFragments answers a page of the fragments of ix, followed by the
+// spool being written (open), if not nil: a user asking where a
+// journal's content is finds all of it.
+func (s *Server) listFragments(ctx context.Context, ix *index, req *protocol.FragmentsRequest, hdr *protocol.Header, open *protocol.Fragment) *protocol.FragmentsResponse {
 	resp := &protocol.FragmentsResponse{Status: protocol.Status_OK, Header: hdr}
 	limit := int(req.PageLimit)
 	if limit <= 0 {
 		limit = 1000
 	}
-	for _, f := range ix.list(req.NextPageToken) {
-		mod := f.ModTime.Unix()
-		if f.ModTime.IsZero() {
-			mod = 0
-		}
-		if (req.BeginModTime != 0 && mod < req.BeginModTime) || (req.EndModTime != 0 && mod >= req.EndModTime) {
-			continue
+	// add adds pf, which is f, unless filtered out; false once the page
+	// is full.
+	add := func(pf *protocol.Fragment, f fragment.Fragment) bool {
+		if (req.BeginModTime != 0 && pf.ModTime < req.BeginModTime) || (req.EndModTime != 0 && pf.ModTime >= req.EndModTime) {
+			return true
 		}
 		if len(resp.Fragments) == limit {
-			resp.NextPageToken = f.Begin
-			break
+			resp.NextPageToken = pf.Begin
+			return false
 		}
-		info := &protocol.FragmentsResponse_Info{Fragment: protoFragment(f)}
+		info := &protocol.FragmentsResponse_Info{Fragment: pf}
 		if ttl := req.SignatureTtl.AsDuration(); ttl > 0 && f.Store != "" {
 			if store, err := s.storeFor(ctx, f.Store); err == nil {
 				info.SignedUrl, _ = store.SignURL(ctx, f, max(ttl, time.Second))
 			}
 		}
 		resp.Fragments = append(resp.Fragments, info)
+		return true
+	}
+	for _, f := range ix.list(req.NextPageToken) {
+		if !add(protoFragment(f), f) {
+			return resp
+		}
+	}
+	if open != nil && open.Begin >= req.NextPageToken {
+		add(open, fragment.Fragment{})
 	}
 	return resp
 }

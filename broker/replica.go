@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -686,6 +687,27 @@ func (r *replica) acknowledge(end int64) {
 	r.acked = end
 	close(r.headCh)
 	r.headCh = make(chan struct{})
+}
+
+// openFragment is the spool being written, through what a reader may
+// read of it here, as listings show it: not persisted (no store, no
+// time), and with no sum where a reader may read less than the committed
+// head, whose sum alone is kept. Nil while it holds nothing readable.
+func (r *replica) openFragment(spec *protocol.JournalSpec) *protocol.Fragment {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	end := r.head
+	if indexOf(r.route, r.srv.id) != 0 {
+		end = min(end, r.acked)
+	}
+	if r.cur == nil || end <= r.cur.Begin {
+		return nil
+	}
+	f := &protocol.Fragment{Journal: r.journal, Begin: r.cur.Begin, End: end, Codec: protocol.Codec(codecOf(spec)) + 1}
+	if end == r.head {
+		f.Sum = bytes.Clone(r.headSum[:])
+	}
+	return f
 }
 
 // readable is how far a reader of req may read cur, whose committed end

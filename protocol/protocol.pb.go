@@ -1870,9 +1870,13 @@ func (x *FragmentsRequest) GetRefresh() bool {
 }
 
 type FragmentsResponse struct {
-	state         protoimpl.MessageState    `protogen:"open.v1"`
-	Status        Status                    `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
-	Header        *Header                   `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=quire.protocol.Status" json:"status,omitempty"`
+	Header *Header                `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
+	// In offset order: fragments persisted or only spooled (rolled, not yet
+	// persisted), and last the spool being written, through the write head
+	// (at a peer, through what the primary acknowledged, with no sum if that
+	// is short of its head). Spooled fragments have no store or mod_time.
 	Fragments     []*FragmentsResponse_Info `protobuf:"bytes,3,rep,name=fragments,proto3" json:"fragments,omitempty"`
 	NextPageToken int64                     `protobuf:"varint,4,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -55,8 +55,10 @@ func Prune(ctx context.Context, cl *client.Client, journal string, h *Hints) (Pr
 		end = max(end, info.GetFragment().GetEnd())
 	}
 	if end < h.Offset {
-		// The listing leaves out the spools brokers still write: ask the
-		// write head whether the log reaches the hints' offset.
+		// The listing may end short of the write head (a peer lists
+		// the spool it writes only as far as the primary acknowledged
+		// it): ask the write head whether the log reaches the hints'
+		// offset.
 		if head, err := cl.WriteHead(ctx, journal); err != nil {
 			return res, fmt.Errorf("recoverylog: prune %q: %w", journal, err)
 		} else if head < h.Offset {

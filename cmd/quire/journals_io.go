@@ -43,7 +43,7 @@ type appendFlags struct {
 func newJournalsAppendCommand(jf *journalsFlags) *cobra.Command {
 	var f appendFlags
 	cmd := &cobra.Command{
-		Use:   "append (-j NAME | -l SELECTOR --framing lines [--mapping hash|field] [--key-field F]) [--framing none|lines] [-v]",
+		Use:   "append (NAME | -l SELECTOR --framing lines [--mapping hash|field] [--key-field F]) [--framing none|lines] [-v]",
 		Short: "Append standard input to a journal, or its lines to several",
 		Long: `Read standard input to its end and append it to the journal, byte for
 byte. With --framing none (the default), the content is appended in
@@ -74,14 +74,14 @@ are appended, none from it on. Each journal's lines keep their order.
 
 A summary goes to standard error (a line per journal); -v prints the
 range of every append, or line, too.`,
-		Args: cobra.NoArgs,
+		Args: nameArg("journal", &f.journal),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.mappingGiven = cmd.Flags().Changed("mapping") || cmd.Flags().Changed("key-field")
 			return runAppend(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr(), jf, f)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.journal, "journal", "j", "", "the journal's name")
+	fl.StringVarP(&f.journal, "journal", "j", "", "the journal's name (or give it as the argument)")
 	fl.StringVarP(&f.selector, "selector", "l", "", "append each line to one of the journals of this label selector (see --mapping)")
 	fl.StringVar(&f.framing, "framing", "none", "none: content as is; lines: one record per line")
 	fl.StringVar(&f.chunk, "chunk", "64MiB", "most bytes per append, with --framing none")
@@ -375,7 +375,7 @@ type readFlags struct {
 func newJournalsReadCommand(jf *journalsFlags) *cobra.Command {
 	var f readFlags
 	cmd := &cobra.Command{
-		Use:   "read (-j NAME | -l SELECTOR) [--offset N] [--block] [--tail] [--framing none|lines] [--offsets FILE] [--offsets-out FILE] [--from TIME] [--through-brokers]",
+		Use:   "read (NAME | -l SELECTOR) [--offset N] [--block] [--tail] [--framing none|lines] [--offsets FILE] [--offsets-out FILE] [--from TIME] [--through-brokers]",
 		Short: "Write journals' content to standard output",
 		Long: `Write the journal's content from --offset (default 0) to standard output,
 byte for byte, until the write head; with --block, then wait for more
@@ -416,7 +416,7 @@ file store), and content not yet persisted through the brokers; a
 fragment that cannot be fetched (its store out of reach, a file store
 not mounted here) is read through the brokers instead.
 --through-brokers reads everything through the brokers.`,
-		Args: cobra.NoArgs,
+		Args: nameArg("journal", &f.journal),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			offsetGiven := cmd.Flags().Changed("offset")
 			if offsetGiven && f.tail {
@@ -429,7 +429,7 @@ not mounted here) is read through the brokers instead.
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.journal, "journal", "j", "", "the journal's name")
+	fl.StringVarP(&f.journal, "journal", "j", "", "the journal's name (or give it as the argument)")
 	fl.StringVarP(&f.selector, "selector", "l", "", "read every journal of this label selector")
 	fl.Int64Var(&f.offset, "offset", 0, "offset to read from; -1 is the write head")
 	fl.BoolVar(&f.block, "block", false, "at the write head, wait for more content")
@@ -443,7 +443,7 @@ not mounted here) is read through the brokers instead.
 }
 
 func runRead(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, f readFlags) error {
-	if err := validateJournalFlag(f.journal); err != nil {
+	if err := journalOrSelector(f.journal, f.selector); err != nil {
 		return err
 	}
 	if f.tail {
@@ -511,24 +511,25 @@ type fragmentsFlags struct {
 func newJournalsFragmentsCommand(jf *journalsFlags) *cobra.Command {
 	var f fragmentsFlags
 	cmd := &cobra.Command{
-		Use:   "fragments (-j NAME | -l SELECTOR) [--from TIME] [--to TIME] [-o table|json] [--signed-urls TTL]",
+		Use:   "fragments (NAME | -l SELECTOR) [--from TIME] [--to TIME] [-o table|json] [--signed-urls TTL]",
 		Short: "List journals' fragments: where their content is stored",
 		Long: `List the fragments of the journal, or of each journal of -l SELECTOR (by
 name), in offset order: each one's offsets, length, codec, store and when
-it was persisted ('-' while it is only spooled on brokers). With -l, the
+it was persisted ('-' while it is only spooled on brokers; the last is
+the spool being written, through the write head). With -l, the
 table begins with a JOURNAL column (-o json names the journal of every
 fragment anyway). --from and --to (RFC 3339, or a duration before now:
 2h) list only fragments persisted at or after --from and before --to, to
 the second; spooled fragments are then not listed. --signed-urls adds
 URLs, valid for TTL, from which each persisted fragment can be fetched
 directly.`,
-		Args: cobra.NoArgs,
+		Args: nameArg("journal", &f.journal),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runFragmentsMulti(cmd.Context(), cmd.OutOrStdout(), jf, f)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.journal, "journal", "j", "", "the journal's name")
+	fl.StringVarP(&f.journal, "journal", "j", "", "the journal's name (or give it as the argument)")
 	fl.StringVarP(&f.selector, "selector", "l", "", "list the fragments of every journal of this label selector")
 	fl.StringVar(&f.from, "from", "", "only fragments persisted at or after this time (RFC 3339, or a duration ago: 1h)")
 	fl.StringVar(&f.to, "to", "", "only fragments persisted before this time (RFC 3339, or a duration ago)")

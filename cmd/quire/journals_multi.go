@@ -46,7 +46,7 @@ func journalOrSelector(journal, selector string) error {
 	case selector != "":
 		return parseSelectorFlag("--selector", selector)
 	case journal == "":
-		return usagef("give the journal with -j NAME, or journals with -l SELECTOR")
+		return usagef("give the journal, by name (NAME or -j NAME), or journals with -l SELECTOR")
 	}
 	return validateJournalFlag(journal)
 }

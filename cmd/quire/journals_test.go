@@ -288,6 +288,11 @@ func TestJournalsApplyBadSpecs(t *testing.T) {
 		{"journals", "append", "-j", "a", "--chunk", "65MiB"},
 		{"journals", "read", "-j", "a", "--offset", "-2"},
 		{"journals", "read", "-j", "a", "--offset", "3", "--tail"},
+		{"journals", "read", "a", "b"},
+		{"journals", "read", "-j", "a", "a"},
+		{"journals", "read", "a//b"},
+		{"journals", "append", "a", "-l", "app=x", "--framing", "lines"},
+		{"journals", "fragments", "a", "-j", "b"},
 		{"journals", "fragments", "-j", "a", "-o", "yaml"},
 		{"journals", "delete", "-l", "app=x", "--all"},
 		{"journals", "edit"},
@@ -314,6 +319,9 @@ func TestJournalsAppendRead(t *testing.T) {
 	}
 	if got := must(t, b, nil, "journals", "read", "-j", "data/bin").stdout; got != string(content) {
 		t.Errorf("read %d bytes, which differ from the %d appended", len(got), len(content))
+	}
+	if got := must(t, b, nil, "journals", "read", "data/bin").stdout; got != string(content) {
+		t.Errorf("read NAME: %d bytes, which differ from the %d appended", len(got), len(content))
 	}
 	if got := must(t, b, nil, "journals", "read", "-j", "data/bin", "--offset", "123456").stdout; got != string(content[123456:]) {
 		t.Errorf("read --offset 123456: %d bytes, which differ from the content from there", len(got))
@@ -349,7 +357,7 @@ func TestJournalsAppendRead(t *testing.T) {
 		!strings.Contains(r.err.Error(), `journal "data/missing" not found`) {
 		t.Errorf("read of a missing journal: %v", r.err)
 	}
-	frags := must(t, b, nil, "journals", "fragments", "-j", "data/bin").stdout
+	frags := must(t, b, nil, "journals", "fragments", "data/bin").stdout
 	if !strings.HasPrefix(frags, "BEGIN") {
 		t.Errorf("fragments printed %q", frags)
 	}

@@ -77,7 +77,7 @@ func TestBinaryExitCodes(t *testing.T) {
 	// A stray argument to a command that takes none (or fewer) is bad
 	// input too, before the command does anything.
 	for _, args := range [][]string{{"dev", "stray"}, {"broker", "serve", "stray"}, {"bench", "append", "stray"},
-		{"journals", "read", "stray"}, {"journals", "list", "stray"}, {"shards", "list", "stray"},
+		{"journals", "read", "a", "stray"}, {"journals", "list", "stray"}, {"shards", "list", "stray"},
 		{"health", "a", "b"}, {"version", "stray"}, {"console", "stray"}, {"allocator", "member", "stray"}} {
 		if stdout, stderr, code := runBinary(t, args...); code != 2 || stdout != "" {
 			t.Errorf("quire %v: exit %d, stdout %q, stderr %q; want 2 and nothing on stdout", args, code, stdout, stderr)

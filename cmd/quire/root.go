@@ -40,6 +40,7 @@ Commands available in this build:
                          SIGTERM)
   quire auth             make keys (keygen) and tokens (token) for
                          authorization
+  quire console          serve the web console of a deployment, from its etcd
   quire health [URL]     exit 0 if a server's admin endpoint says it is
                          ready (container health checks)
   quire version          print the version`,
@@ -91,6 +92,26 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usagef("%s takes no arguments, only flags: got %d", cmd.CommandPath(), len(args))
 	}
 	return nil
+}
+
+// nameArg lets a command that names one journal or shard with a flag
+// (-j NAME, -s ID) take the name as its one argument instead, as the
+// commands that name several do: 'quire journals read NAME' is 'quire
+// journals read -j NAME'.
+func nameArg(flag string, name *string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 0:
+			return nil
+		case len(args) > 1:
+			// Counted, not quoted: a stray argument may be a token.
+			return usagef("%s takes one name, as --%s or as its argument: got %d arguments", cmd.CommandPath(), flag, len(args))
+		case cmd.Flags().Changed(flag):
+			return usagef("--%s and an argument both give the name: give it once", flag)
+		}
+		*name = args[0]
+		return nil
+	}
 }
 
 // refuseUnknown makes every command that only groups others (quire,

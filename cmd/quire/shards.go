@@ -200,7 +200,7 @@ func (c *shardsClient) lookup(ctx context.Context, id string) (listedShard, erro
 
 func validateShardFlag(id string) error {
 	if id == "" {
-		return usagef("give the shard with -s ID")
+		return usagef("give the shard, by ID (ID or -s ID)")
 	}
 	if err := consumer.ValidateShardID(id); err != nil {
 		return usagef("--shard: %w", err)

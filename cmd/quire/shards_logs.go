@@ -103,7 +103,7 @@ func (c *shardsClient) hints(ctx context.Context, sh listedShard) (*shardHints, 
 func newShardsHintsCommand(sf *shardsFlags) *cobra.Command {
 	var shard, output string
 	cmd := &cobra.Command{
-		Use:   "hints -s ID [-o table|json]",
+		Use:   "hints ID [-o table|json]",
 		Short: "Show a shard's recovery-log hints: the primary hints and the backups",
 		Long: `Show the recovery-log hints stored for the shard: the latest ("primary"),
 which a new replica plays back from, and the backups, newest first, which
@@ -117,12 +117,12 @@ it falls back to.
   json   {"shard", "log", "primary", "backups"}: the hints as stored
          (inline content in base64), indented; null where none are
          stored`,
-		Args: cobra.NoArgs,
+		Args: nameArg("shard", &shard),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runShardsHints(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), sf, shard, output)
 		},
 	}
-	cmd.Flags().StringVarP(&shard, "shard", "s", "", "the shard's ID")
+	cmd.Flags().StringVarP(&shard, "shard", "s", "", "the shard's ID (or give it as the argument)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
@@ -226,7 +226,7 @@ type recoverFlags struct {
 func newShardsRecoverCommand(sf *shardsFlags) *cobra.Command {
 	var f recoverFlags
 	cmd := &cobra.Command{
-		Use:   "recover -s ID --dir DIR [--broker HOST:PORT]",
+		Use:   "recover ID --dir DIR [--broker HOST:PORT]",
 		Short: "Rebuild a shard's store in a local directory from its recovery log",
 		Long: `Play the shard's recovery log back into DIR, as a new replica would: from
 the newest stored hints that play (falling back to older ones if the log
@@ -238,13 +238,13 @@ then, which the shard's processes are not using: inspect it, or copy it.
 DIR must not exist, or be empty. If playback fails, or is interrupted
 (Ctrl-C), what was written in DIR is removed. Progress goes to standard
 error (updated in place on a terminal); a summary to standard output.`,
-		Args: cobra.NoArgs,
+		Args: nameArg("shard", &f.shard),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runShardsRecover(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), sf, f)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.shard, "shard", "s", "", "the shard's ID")
+	fl.StringVarP(&f.shard, "shard", "s", "", "the shard's ID (or give it as the argument)")
 	fl.StringVar(&f.dir, "dir", "", "directory to recover the store into: new, or empty")
 	fl.StringVar(&f.broker, "broker", env.Or("QUIRE_BROKER", defaultBroker), brokerFlagUsage)
 	return cmd

@@ -335,7 +335,7 @@ func TestShardsCommands(t *testing.T) {
 		p, b := c.hints("counts/shard-0")
 		return p != nil && len(b) == 2 && b[0] != nil && b[1] != nil, fmt.Sprintf("%v %v", p, b)
 	})
-	hintsTableOut := c.must(nil, "hints", "-s", "counts/shard-0").stdout
+	hintsTableOut := c.must(nil, "hints", "counts/shard-0").stdout
 	if !regexp.MustCompile(`(?m)^HINTS +OFFSET +NODES +INLINE +BYTES +REPLAY-FROM +PRUNE-BEFORE +AUTHOR\n` +
 		`primary +\d+ +\d+ +\d+ +\d+ +\d+ +\d+ +z[ab]\.c[12]\.\d+\.\d+\nbackup 1 +\d+ .*\nbackup 2 +\d+ .*\n$`).MatchString(hintsTableOut) {
 		t.Errorf("hints:\n%s", hintsTableOut)
@@ -348,7 +348,7 @@ func TestShardsCommands(t *testing.T) {
 	defer func(d time.Duration) { progressEvery = d }(progressEvery)
 	progressEvery = time.Millisecond
 	rdir := filepath.Join(dir, "recovered")
-	r = c.must(nil, "recover", "-s", "counts/shard-0", "--dir", rdir, "--broker", c.broker)
+	r = c.must(nil, "recover", "counts/shard-0", "--dir", rdir, "--broker", c.broker)
 	if !regexp.MustCompile(`^recovered shard counts/shard-0 into \S+: \d+ files, .*\n` +
 		`played recovery/counts/shard-0 from the primary hints \(offset \d+\) to offset (\d+) \(write head (\d+)\): read .*, skipped .*, \d+ ops, in .*\n$`).MatchString(r.stdout) {
 		t.Errorf("recover printed %q", r.stdout)
@@ -594,10 +594,14 @@ func TestShardsBadInput(t *testing.T) {
 		{[]string{"unassign"}, "give -l SELECTOR or shard IDs"},
 		{[]string{"unassign", "--all", "a"}, "--all selects every shard"},
 		{[]string{"unassign", "--failed", "-l", "a in ("}, "--selector"},
-		{[]string{"hints"}, "give the shard with -s ID"},
+		{[]string{"hints"}, "give the shard, by ID"},
 		{[]string{"hints", "-s", "a//b"}, "--shard"},
+		{[]string{"hints", "a//b"}, "--shard"},
+		{[]string{"hints", "a", "b"}, "takes one name, as --shard or as its argument: got 2 arguments"},
+		{[]string{"hints", "-s", "a", "a"}, "--shard and an argument both give the name"},
 		{[]string{"hints", "-s", "a", "-o", "yaml"}, `--output "yaml"`},
-		{[]string{"recover", "--dir", dir}, "give the shard with -s ID"},
+		{[]string{"recover", "--dir", dir}, "give the shard, by ID"},
+		{[]string{"recover", "a", "--dir", used}, "is not empty"},
 		{[]string{"recover", "-s", "a"}, "give the directory to recover into with --dir DIR"},
 		{[]string{"recover", "-s", "a", "--dir", used}, "is not empty"},
 		{[]string{"recover", "-s", "a", "--dir", filepath.Join(used, "keep")}, "is not a directory"},
