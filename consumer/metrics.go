@@ -20,6 +20,8 @@ var (
 		Name: "quire_consumer_txns_total", Help: "Shard transactions committed."})
 	messagesTotal = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_consumer_messages_total", Help: "Committed messages consumed by shards."})
+	badFrames = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "quire_consumer_bad_frames_total", Help: "Frames of shards' sources that were not messages (they did not decode), passed over."})
 	txnDuration = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name: "quire_consumer_txn_seconds", Help: "Time from a transaction's first message to its commit's resolution.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})

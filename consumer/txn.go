@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -23,7 +24,7 @@ type readBatch struct {
 }
 
 type decoded struct {
-	m          message.Message
+	m          message.Message // nil for a frame that is not a message
 	begin, end int64
 }
 
@@ -85,12 +86,18 @@ func (r *replica) read(ctx context.Context, journal string, cp message.Checkpoin
 	app := r.srv.cfg.App
 	dec := message.NewDecoder(ctx, r.srv.cfg.Journals, message.ReaderConfig{
 		Journal: journal, Framing: framingOf(app, journal), Checkpoint: cp, Block: true,
-		New: func() message.Message { return app.NewMessage(journal) }, SkipBadFrames: true, Logger: r.log})
+		New: func() message.Message { return app.NewMessage(journal) }, Logger: r.log})
 	defer dec.Close()
 	for {
 		b := readBatch{journal: journal}
 		for len(b.msgs) < maxReadBatch {
 			m, begin, end, err := decodeNext(dec)
+			if bad := (*message.BadFrameError)(nil); errors.As(err, &bad) {
+				// Passed over by the transaction (a nil message), which
+				// commits the source's offsets past it.
+				r.log.Warn("shard skipped a frame of its source that is not a message", "err", err)
+				m, err = nil, nil
+			}
 			if err != nil {
 				b.err = err
 				break
@@ -296,6 +303,13 @@ func (t *txnLoop) consume(b readBatch) error {
 	t.heads[b.journal] = b.head
 	seq, app := t.seqs[b.journal], t.r.srv.cfg.App
 	for _, d := range b.msgs {
+		if d.m == nil { // A bad frame.
+			if err := seq.Skip(d.begin, d.end); err != nil {
+				return fmt.Errorf("source %s at offset %d: %w", b.journal, d.begin, err)
+			}
+			badFrames.Inc()
+			continue
+		}
 		ds, err := seq.Queue(d.m, d.begin, d.end)
 		if err != nil {
 			return fmt.Errorf("source %s at offset %d: %w", b.journal, d.begin, err)

@@ -130,6 +130,13 @@ func readFramedJournal(t *testing.T, c *client.Client, fj framedJournal, decoder
 			if !strings.Contains(err.Error(), want) {
 				t.Fatalf("bad frame error %q does not name %q", err, want)
 			}
+			// Its offsets run to the next message, which a sequencing
+			// reader passes over (Sequencer.Skip).
+			var bad *message.BadFrameError
+			if !errors.As(err, &bad) || bad.Journal != fj.journal || bad.Begin != fj.bad[errs] || begin != bad.Begin ||
+				bad.End != fj.begins[got] || end != bad.End {
+				t.Fatalf("bad frame error %#v at [%d, %d), want a BadFrameError at [%d, %d)", err, begin, end, fj.bad[errs], fj.begins[got])
+			}
 			errs++
 			continue
 		}
@@ -150,6 +157,43 @@ func readFramedJournal(t *testing.T, c *client.Client, fj framedJournal, decoder
 	}
 	if dec.Buffered() != 0 {
 		t.Fatalf("Buffered is %d at the write head", dec.Buffered())
+	}
+}
+
+// A Reader that skips bad frames passes over them: its checkpoint moves
+// past a journal's last frame even when that is not a message, so that a
+// consumer resuming from it neither reads the frame again nor lags
+// behind the write head for good.
+func TestReaderPassesOverBadFrames(t *testing.T) {
+	cl := brokertest.New(t)
+	c := cl.Client(cl.Start("b1"))
+	cl.Journals(c, 1, "events/bad-end")
+	fj := writeFramedJournal(t, c, message.JSONLines, "events/bad-end", 97) // Ends with "{not json".
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	head, err := c.WriteHead(ctx, fj.journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: fj.journal, Framing: fj.framing,
+		New: fj.newMsg, SkipBadFrames: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 97 {
+		if _, err := r.Next(); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	if _, err := r.Next(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last message: %v, want io.EOF", err)
+	}
+	cp, err := r.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fj.bad) != 1 || fj.bad[0] != fj.ends[96] || cp.Offset != head || cp.Read != head {
+		t.Fatalf("checkpoint %+v, want offset and read %d, past the bad frame at %v", cp, head, fj.bad)
 	}
 }
 

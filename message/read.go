@@ -47,8 +47,10 @@ type ReaderConfig struct {
 // passes them through a Sequencer. Its Checkpoint, stored with the state
 // the delivered messages produced, resumes it exactly.
 type Reader struct {
-	dec *Decoder
-	seq *Sequencer
+	dec  *Decoder
+	seq  *Sequencer
+	skip bool // cfg.SkipBadFrames: its Decoder returns them, for seq.Skip
+	log  *slog.Logger
 	// ready[next:] were delivered by the sequencer, and not yet returned.
 	ready []Delivery
 	next  int
@@ -60,13 +62,27 @@ func NewReader(ctx context.Context, c *client.Client, cfg ReaderConfig) (*Reader
 	if err != nil {
 		return nil, err
 	}
-	return &Reader{dec: NewDecoder(ctx, c, cfg), seq: seq}, nil
+	r := &Reader{seq: seq, skip: cfg.SkipBadFrames, log: cfg.Logger}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	cfg.SkipBadFrames = false
+	r.dec = NewDecoder(ctx, c, cfg)
+	return r, nil
 }
 
 // Next returns the next committed message and its offsets in the journal.
 func (r *Reader) Next() (Delivery, error) {
 	for r.next == len(r.ready) {
 		m, begin, end, err := r.dec.Next()
+		var bad *BadFrameError
+		if r.skip && errors.As(err, &bad) {
+			r.log.Warn("message reader skipped a bad frame", "err", err)
+			if err := r.seq.Skip(begin, end); err != nil {
+				return Delivery{}, err
+			}
+			continue
+		}
 		if err != nil {
 			return Delivery{}, err
 		}
@@ -85,6 +101,23 @@ func (r *Reader) Next() (Delivery, error) {
 	r.next++
 	return d, nil
 }
+
+// A BadFrameError is a frame of a journal that is not a message: it did
+// not decode, or its framing was broken (ErrDesyncFrame,
+// ErrFrameTooLarge). Reading goes on after it, and a reader that
+// sequences passes over it (Sequencer.Skip), so that its checkpoint
+// moves past the frame as past a message.
+type BadFrameError struct {
+	Journal    string
+	Begin, End int64 // the frame's offsets
+	Err        error
+}
+
+func (e *BadFrameError) Error() string {
+	return fmt.Sprintf("message: journal %s at offset %d: %v", e.Journal, e.Begin, e.Err)
+}
+
+func (e *BadFrameError) Unwrap() error { return e.Err }
 
 // Decoder reads a journal's messages as they are written, committed or
 // not: it splits the journal's bytes into frames and decodes them, without
@@ -176,10 +209,11 @@ func NewDecoder(ctx context.Context, c *client.Client, cfg ReaderConfig) *Decode
 }
 
 // Next returns the next message of the journal and its offsets [begin,
-// end). Bad frames are skipped or returned as errors, as
-// cfg.SkipBadFrames says. Without cfg.Block, Next returns io.EOF at the
-// write head, and may be called again to read what was written since;
-// after any other error, Next returns it again.
+// end). Bad frames are skipped or returned as errors (a *BadFrameError,
+// after which Next reads on), as cfg.SkipBadFrames says. Without
+// cfg.Block, Next returns io.EOF at the write head, and may be called
+// again to read what was written since; after any other error, Next
+// returns it again.
 func (d *Decoder) Next() (m Message, begin, end int64, err error) {
 	for {
 		if d.cur == nil || d.next == len(d.cur.frames) {
@@ -195,8 +229,11 @@ func (d *Decoder) Next() (m Message, begin, end int64, err error) {
 		if f.err == nil {
 			return f.m, f.begin, f.end, nil
 		}
-		err := fmt.Errorf("message: journal %s at offset %d: %w", d.cfg.Journal, f.begin, f.err)
-		if f.fatal || !d.cfg.SkipBadFrames {
+		if f.fatal {
+			return nil, f.begin, f.end, fmt.Errorf("message: journal %s at offset %d: %w", d.cfg.Journal, f.begin, f.err)
+		}
+		err := &BadFrameError{Journal: d.cfg.Journal, Begin: f.begin, End: f.end, Err: f.err}
+		if !d.cfg.SkipBadFrames {
 			return nil, f.begin, f.end, err
 		}
 		d.cfg.Logger.Warn("message reader skipped a bad frame", "err", err)

@@ -182,6 +182,7 @@ type SequencerStats struct {
 	Replayed   uint64 // messages read again after a restart whose effect the checkpoint holds
 	Pending    int    // messages pending now
 	Pruned     uint64 // producers forgotten by Prune
+	Skipped    uint64 // bad frames passed over (Skip)
 }
 
 // NewSequencer returns a Sequencer of journal that resumes from cp (the
@@ -265,17 +266,43 @@ func (s *Sequencer) Queue(m Message, begin, end int64) ([]Delivery, error) {
 	return s.out, nil
 }
 
+// Skip passes over a frame at [begin, end) that the caller read but could
+// not decode (a BadFrameError): the Checkpoint's offsets move past it as
+// past a message, so that a journal that ends with a bad frame is read to
+// its end, and not read again from the frame after a restart. Offsets are
+// checked as Queue checks them; a frame that fails the check changes
+// nothing.
+func (s *Sequencer) Skip(begin, end int64) error {
+	if err := s.checkOffsets(begin, end); err != nil {
+		return err
+	}
+	s.read = end
+	s.stats.Skipped++
+	return nil
+}
+
+// checkOffsets returns why a frame at [begin, end) is out of order, or
+// nil.
+func (s *Sequencer) checkOffsets(begin, end int64) error {
+	switch {
+	case begin < s.read:
+		return fmt.Errorf("message: sequencer of %s: frame at offset %d is before the end of the previous one, %d", s.journal, begin, s.read)
+	case end <= begin:
+		return fmt.Errorf("message: sequencer of %s: frame at offset %d has end %d, want after its begin", s.journal, begin, end)
+	case begin < s.replay && s.replay < end:
+		return fmt.Errorf("message: sequencer of %s: frame at [%d, %d) straddles the checkpoint's read offset %d", s.journal, begin, end, s.replay)
+	}
+	return nil
+}
+
 // check returns why Queue refuses m at [begin, end), or nil.
 func (s *Sequencer) check(m Message, u UUID, begin, end int64) error {
 	switch {
 	case m == nil:
 		return fmt.Errorf("message: sequencer of %s: nil message at offset %d", s.journal, begin)
-	case begin < s.read:
-		return fmt.Errorf("message: sequencer of %s: message at offset %d is before the end of the previous one, %d", s.journal, begin, s.read)
-	case end <= begin:
-		return fmt.Errorf("message: sequencer of %s: message at offset %d has end %d, want after its begin", s.journal, begin, end)
-	case begin < s.replay && s.replay < end:
-		return fmt.Errorf("message: sequencer of %s: message at [%d, %d) straddles the checkpoint's read offset %d", s.journal, begin, end, s.replay)
+	}
+	if err := s.checkOffsets(begin, end); err != nil {
+		return err
 	}
 	switch f := u.Flags(); f {
 	case OutsideTxn, ContinueTxn, AckTxn:

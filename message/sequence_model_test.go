@@ -54,9 +54,13 @@ type modelEntry struct {
 	uuid       message.UUID
 	body       string // "" for acknowledgements
 	begin, end int64
+	bad        bool // a frame that is not a message, which the reader skips
 }
 
 func (e modelEntry) String() string {
+	if e.bad {
+		return fmt.Sprintf("[%d,%d) bad frame", e.begin, e.end)
+	}
 	if e.uuid.IsZero() {
 		return fmt.Sprintf("[%d,%d) no UUID %q", e.begin, e.end, e.body)
 	}
@@ -104,7 +108,12 @@ func genModelJournal(r *rand.Rand, n int, mixing bool) (journal []modelEntry, wa
 	var offset int64
 	write := func(p *modelProducer, u message.UUID, body string) {
 		if r.IntN(50) == 0 {
-			offset += int64(r.IntN(100)) // A frame the reader skips.
+			size := int64(1 + r.IntN(100))
+			if r.IntN(2) == 0 {
+				// A frame that is not a message: the reader passes over it.
+				journal = append(journal, modelEntry{bad: true, begin: offset, end: offset + size})
+			}
+			offset += size // Else a gap: content the reader never sees.
 		}
 		size := int64(1 + r.IntN(100))
 		journal = append(journal, modelEntry{uuid: u, body: body, begin: offset, end: offset + size})
@@ -216,10 +225,16 @@ func runModel(t *testing.T, seed uint64) (restarts, queued int) {
 	for next < len(journal) {
 		e := journal[next]
 		next++
-		ds, err := s.Queue(&seqMsg{uuid: e.uuid, body: e.body}, e.begin, e.end)
-		queued++
+		var ds []message.Delivery
+		var err error
+		if e.bad {
+			err = s.Skip(e.begin, e.end)
+		} else {
+			ds, err = s.Queue(&seqMsg{uuid: e.uuid, body: e.body}, e.begin, e.end)
+			queued++
+		}
 		if err != nil {
-			t.Errorf("seed %d: Queue(%v): %v", seed, e, err)
+			t.Errorf("seed %d: queuing or skipping %v: %v", seed, e, err)
 			return
 		}
 		if e.end <= cp.Read {

@@ -346,6 +346,56 @@ func TestSequencerRefuses(t *testing.T) {
 	}
 }
 
+// Skip passes over a frame that is not a message: the checkpoint's
+// offsets move past it, but not past a producer's pending messages; a
+// frame out of order is refused and changes nothing.
+func TestSequencerSkip(t *testing.T) {
+	s, err := message.NewSequencer("test/journal", message.Checkpoint{Offset: 100, Read: 130})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Skip(100, 110); err != nil { // Replayed: before the checkpoint's read.
+		t.Fatal(err)
+	}
+	if cp := s.Checkpoint(); cp.Offset != 110 || cp.Read != 130 {
+		t.Errorf("after a replayed skip: %+v, want offset 110, read 130", cp)
+	}
+	if err := s.Skip(130, 140); err != nil {
+		t.Fatal(err)
+	}
+	if cp := s.Checkpoint(); cp.Offset != 140 || cp.Read != 140 {
+		t.Errorf("after a skip: %+v, want offset and read 140", cp)
+	}
+	if _, err := s.Queue(cont(prodA, 4, "a4").msg(), 140, 150); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Skip(150, 160); err != nil {
+		t.Fatal(err)
+	}
+	if cp := s.Checkpoint(); cp.Offset != 140 || cp.Read != 160 {
+		t.Errorf("after a skip past a pending message: %+v, want offset 140 (its begin), read 160", cp)
+	}
+	before, stats := s.Checkpoint(), s.Stats()
+	if stats.Skipped != 3 {
+		t.Errorf("stats count %d skipped frames, want 3", stats.Skipped)
+	}
+	for _, tc := range [][2]int64{{155, 170}, {170, 170}} {
+		if err := s.Skip(tc[0], tc[1]); err == nil || !strings.Contains(err.Error(), "test/journal") {
+			t.Errorf("Skip(%d, %d): %v, want an error naming the journal", tc[0], tc[1], err)
+		}
+	}
+	if after := s.Checkpoint(); !reflect.DeepEqual(after, before) || s.Stats() != stats {
+		t.Errorf("refused skips changed the checkpoint from %+v to %+v", before, after)
+	}
+	s2, err := message.NewSequencer("test/journal", message.Checkpoint{Offset: 100, Read: 130})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Skip(125, 135); err == nil || !strings.Contains(err.Error(), "straddles the checkpoint's read offset 130") {
+		t.Errorf("a skip across the checkpoint's read: %v, want refused", err)
+	}
+}
+
 func TestCheckpointValidate(t *testing.T) {
 	ps := func(begin int64) map[message.ProducerID]message.ProducerState {
 		return map[message.ProducerID]message.ProducerState{prodA: {LastAck: 1, Begin: begin}}
