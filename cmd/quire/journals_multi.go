@@ -384,11 +384,9 @@ func runFragmentsMulti(ctx context.Context, stdout io.Writer, jf *journalsFlags,
 		return err
 	}
 	defer c.Close()
-	names := []string{f.journal}
-	if f.selector != "" {
-		if names, err = jf.selectedJournals(ctx, c, "", f.selector); err != nil {
-			return err
-		}
+	names, err := jf.selectedJournals(ctx, c, f.journal, f.selector)
+	if err != nil {
+		return err
 	}
 	var infos []*protocol.FragmentsResponse_Info
 	for _, name := range names {

@@ -357,6 +357,10 @@ func TestJournalsAppendRead(t *testing.T) {
 		!strings.Contains(r.err.Error(), `journal "data/missing" not found`) {
 		t.Errorf("read of a missing journal: %v", r.err)
 	}
+	if r := quire(context.Background(), nil, "journals", "fragments", "data/missing", "--broker", b); r.err == nil ||
+		!strings.Contains(r.err.Error(), `journal "data/missing" not found ('quire journals list' lists the journals)`) {
+		t.Errorf("fragments of a missing journal: %v", r.err)
+	}
 	frags := must(t, b, nil, "journals", "fragments", "data/bin").stdout
 	if !strings.HasPrefix(frags, "BEGIN") {
 		t.Errorf("fragments printed %q", frags)
