@@ -105,7 +105,7 @@ Errors are printed on standard error with a non-zero exit; bad input
 		newJournalsDeleteCommand(jf), newJournalsAppendCommand(jf), newJournalsReadCommand(jf),
 		newJournalsFragmentsCommand(jf), newJournalsPruneCommand(jf), newJournalsResetHeadCommand(jf),
 		newJournalsSuspendCommand(jf, false), newJournalsSuspendCommand(jf, true),
-		newJournalsStoreHealthCommand(jf),
+		newJournalsStoreHealthCommand(jf), newJournalsAttachUUIDsCommand(),
 	)
 	return cmd
 }
