@@ -12,18 +12,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/quire-dev/quire/client"
+	"github.com/quire-dev/quire/examples/wordcount/wordcount"
 	"github.com/quire-dev/quire/message"
 )
-
-// uuidRecord is a JSON message with its UUID in "uuid".
-type uuidRecord struct {
-	UUID message.UUID `json:"uuid"`
-	Word string       `json:"word"`
-}
-
-func (r *uuidRecord) GetUUID() message.UUID                     { return r.UUID }
-func (r *uuidRecord) SetUUID(u message.UUID)                    { r.UUID = u }
-func (r *uuidRecord) NewAcknowledgement(string) message.Message { return &uuidRecord{} }
 
 func TestWithUUID(t *testing.T) {
 	u := message.BuildUUID(message.ProducerID{1, 2, 3, 4, 5, 6}, message.NewClock(time.Unix(1e9, 0)), message.OutsideTxn)
@@ -116,7 +107,7 @@ func TestJournalsAttachUUIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	mr, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "in/words", New: func() message.Message { return &uuidRecord{} }})
+	mr, err := message.NewReader(ctx, c, message.ReaderConfig{Journal: "in/words", New: func() message.Message { return &wordcount.Word{} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +119,7 @@ func TestJournalsAttachUUIDs(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		words = append(words, d.Message.(*uuidRecord).Word)
+		words = append(words, d.Message.(*wordcount.Word).Word)
 	}
 	if strings.Join(words, " ") != "a b c" {
 		t.Errorf("delivered %q from 3 records appended 8 times in all, want each once", words)
