@@ -270,11 +270,12 @@ async function loadFragments(name, box) {
   try {
     const r = await getJSON('/v1/fragments/' + journalPath(name));
     const fs = r.fragments || [];
+    // The listing ends with the spool being written: what it shows beyond
+    // the persisted fragments is on the brokers alone.
     const persisted = Math.max(0, ...fs.filter((i) => i.fragment.store).map((i) => Number(i.fragment.end)));
-    const j = app.view && findJournal(app.view, name);
-    const spooled = j && j.writeHead !== null ? Math.max(0, j.writeHead - persisted) : null;
+    const listed = Math.max(persisted, ...fs.map((i) => Number(i.fragment.end)));
     fill(box, el('h3', {}, `Fragments (${fs.length})`),
-      el('p', { id: 'persisted' }, `Persisted through offset ${persisted}`, spooled === null ? '' : `; ${bytes(spooled)} only spooled on the brokers, not yet in the store.`),
+      el('p', { id: 'persisted' }, `Persisted through offset ${persisted}; ${bytes(listed - persisted)} only spooled on the brokers, not yet in the store.`),
       el('table', { id: 'fragments' },
       el('tr', {}, el('th', { class: 'num' }, 'begin'), el('th', { class: 'num' }, 'end'), el('th', {}, 'codec'), el('th', {}, 'store'), el('th', {}, 'persisted')),
       fs.map((i) => {
