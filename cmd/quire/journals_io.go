@@ -525,7 +525,7 @@ URLs, valid for TTL, from which each persisted fragment can be fetched
 directly.`,
 		Args: nameArg("journal", &f.journal),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runFragmentsMulti(cmd.Context(), cmd.OutOrStdout(), jf, f)
+			return runFragmentsMulti(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), jf, f)
 		},
 	}
 	fl := cmd.Flags()

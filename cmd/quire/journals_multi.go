@@ -140,6 +140,9 @@ func runReadMulti(ctx context.Context, stdout, stderr io.Writer, jf *journalsFla
 	if err != nil {
 		return err
 	}
+	if len(names) == 0 { // The listing is empty, in its format; say why.
+		fmt.Fprintf(stderr, "quire: no journals match %q\n", f.selector)
+	}
 	if len(names) == 0 {
 		fmt.Fprintf(stderr, "quire: no journals match %q: nothing to read\n", f.selector)
 	}
@@ -348,7 +351,7 @@ func readJournal(ctx context.Context, stderr io.Writer, c *client.Client, journa
 
 // ---- fragments over journals ----
 
-func runFragmentsMulti(ctx context.Context, stdout io.Writer, jf *journalsFlags, f fragmentsFlags) error {
+func runFragmentsMulti(ctx context.Context, stdout, stderr io.Writer, jf *journalsFlags, f fragmentsFlags) error {
 	if err := journalOrSelector(f.journal, f.selector); err != nil {
 		return err
 	}
@@ -387,6 +390,9 @@ func runFragmentsMulti(ctx context.Context, stdout io.Writer, jf *journalsFlags,
 	names, err := jf.selectedJournals(ctx, c, f.journal, f.selector)
 	if err != nil {
 		return err
+	}
+	if len(names) == 0 { // The listing is empty, in its format; say why.
+		fmt.Fprintf(stderr, "quire: no journals match %q\n", f.selector)
 	}
 	var infos []*protocol.FragmentsResponse_Info
 	for _, name := range names {

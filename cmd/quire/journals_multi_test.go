@@ -234,6 +234,10 @@ func TestJournalsFrom(t *testing.T) {
 	if len(listed.Fragments) != 1 || listed.Fragments[0].Journal != "from/j" || listed.Fragments[0].Begin != 10 {
 		t.Errorf("fragments --from 150m --to 90m: %s", out)
 	}
+	if r := must(t, b, nil, "journals", "fragments", "-l", "app=none", "-o", "json"); !strings.Contains(r.stderr, `no journals match "app=none"`) ||
+		json.Unmarshal([]byte(r.stdout), &listed) != nil || len(listed.Fragments) != 0 {
+		t.Errorf("fragments of no journals: stdout %q, stderr %q; want an empty listing, and why on stderr", r.stdout, r.stderr)
+	}
 	table := must(t, b, nil, "journals", "fragments", "-l", "app=from").stdout
 	// from/j's three persisted fragments and its spool, which holds j-live.
 	spooled := regexp.MustCompile(`(?m)^from/j +\d+ +\d+ +\d+ +\S+ +- `)
