@@ -87,6 +87,14 @@ func New(t testing.TB, etcd *clientv3.Client, journals *client.Client, root stri
 		for _, p := range f.Procs {
 			f.Kill(p)
 		}
+		// The fleet's keys go with it: they lie outside the test's own
+		// etcd prefix, which etcdtest removes, and would show to later
+		// tests that look across fleets (a console of a parent prefix).
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := etcd.Delete(ctx, root, clientv3.WithPrefix()); err != nil {
+			t.Logf("removing the keys of fleet %s: %v", root, err)
+		}
 	})
 	return f
 }
