@@ -109,7 +109,7 @@ func withUUID(record []byte, field string, u message.UUID) ([]byte, error) {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("more than one JSON value on the line: %s", shortRecord(record))
+		return nil, fmt.Errorf("content after the JSON object: %s", shortRecord(record))
 	}
 	text, _ := u.MarshalText() // Never fails.
 	value := append(append([]byte{'"'}, text...), '"')
