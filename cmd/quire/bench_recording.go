@@ -31,7 +31,7 @@ type benchRecordingFlags struct {
 	rounds                      int
 	replication                 int32
 	duration                    time.Duration
-	separateValues              bool
+	separateValues, pipelined   bool
 
 	// logCodec is codec, parsed by validate.
 	logCodec protocol.Codec
@@ -40,7 +40,7 @@ type benchRecordingFlags struct {
 func newBenchRecordingCommand(jf *journalsFlags) *cobra.Command {
 	var f benchRecordingFlags
 	cmd := &cobra.Command{
-		Use:   "recording [-j PREFIX] [--duration D] [--rounds N] [--dir DIR] [--replication R] [--codec C] [--separate-values]",
+		Use:   "recording [-j PREFIX] [--duration D] [--rounds N] [--dir DIR] [--replication R] [--codec C] [--separate-values] [--pipelined]",
 		Short: "Measure what recording a Pebble database into a recovery log costs",
 		Long: `Write to a Pebble database for --duration, first plain and then recorded
 into a recovery log through the brokers (each recorded run into a new
@@ -49,7 +49,9 @@ suspended, so that everything is in its store, then deleted, then its
 fragments are removed with this command's store credentials), --rounds
 times. The workload is
 write-heavy: batches of 100 keys with 1 KiB random values, each committed
-with a sync, as a consumer's transactions commit. Reports MB/s of values
+with a sync, one after another; with --pipelined, each batch's sync is
+awaited only once the next batch is built, as a consumer's transactions
+commit a Pebble store. Reports MB/s of values
 written each way, the p50 and p99 of a batch's commit (its sync
 included), Pebble's write stalls (their time and count: commits held
 while memtables wait to be flushed or level 0 to be compacted, when the
@@ -79,6 +81,7 @@ CPU as well.`,
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.StringVar(&f.codec, "codec", "zstd", "codec of the recovery logs: none, gzip, zstd or snappy")
 	fl.BoolVar(&f.separateValues, "separate-values", false, "keep values of 256 bytes or more in blob files (both runs)")
+	fl.BoolVar(&f.pipelined, "pipelined", false, "await each batch's sync only after the next batch is built, as a consumer's transactions commit (both runs)")
 	return cmd
 }
 
@@ -148,9 +151,12 @@ type benchRecordingResult struct {
 	Replication int32 `json:"replication"`
 	// Codec is the recovery logs' codec; SeparateValues says whether
 	// values were kept in blob files.
-	Codec          string              `json:"codec"`
-	SeparateValues bool                `json:"separateValues"`
-	Runs           []benchRecordingRun `json:"runs"`
+	Codec          string `json:"codec"`
+	SeparateValues bool   `json:"separateValues"`
+	// Pipelined says whether each batch's sync was awaited only after
+	// the next batch was built.
+	Pipelined bool                `json:"pipelined"`
+	Runs      []benchRecordingRun `json:"runs"`
 	// Cost is 1 - (recorded MB/s) / (plain MB/s), over all runs.
 	Cost float64 `json:"cost"`
 	// RoundCosts is each round's cost, and MedianCost their median.
@@ -192,7 +198,7 @@ func runBenchRecording(ctx context.Context, stdout, stderr io.Writer, jf *journa
 	ctx, stop := interruptible(ctx)
 	defer stop()
 	res := benchRecordingResult{Replication: f.replication, Codec: strings.ToLower(codecText(f.logCodec)),
-		SeparateValues: f.separateValues}
+		SeparateValues: f.separateValues, Pipelined: f.pipelined}
 	var plain, recorded benchRecordingRun
 	for round := range f.rounds {
 		for _, rec := range []bool{false, true} {
@@ -243,6 +249,9 @@ func runBenchRecording(ctx context.Context, stdout, stderr io.Writer, jf *journa
 	if res.SeparateValues {
 		fmt.Fprintf(tw, "; values of %d bytes or more kept in blob files", recoverylog.DefaultSeparateMinSize)
 	}
+	if res.Pipelined {
+		fmt.Fprint(tw, "; commits pipelined")
+	}
 	fmt.Fprintln(tw)
 	return tw.Flush()
 }
@@ -291,7 +300,7 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 		return fmt.Sprintf("bench recording: round %d, %s: %.0fs of %s; %d batches, %.1f MB/s", round+1, what, secs, f.duration,
 			written.Load(), float64(written.Load())*100*1024/1e6/secs)
 	})
-	commits, err := writeBatches(ctx, db, f.duration, &written)
+	commits, err := writeBatches(ctx, db, f.duration, f.pipelined, &written)
 	done()
 	elapsed := time.Since(start)
 	if cerr := db.Close(); err == nil {
@@ -313,12 +322,29 @@ func benchRecordingOnce(ctx context.Context, stderr io.Writer, c *client.Client,
 
 // writeBatches commits batches of 100 keys with 1 KiB random values, each
 // with a sync, until d has passed (at least one), and returns how long
-// each commit took; written counts them as they commit.
-func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration, written *atomic.Int64) ([]time.Duration, error) {
+// each commit took; written counts them as they commit. If pipelined, a
+// batch is applied without waiting for its sync, which is awaited once
+// the next batch is built, as a consumer's transactions commit
+// (store.Pipeliner); a commit's time is then from its apply to the end
+// of that wait.
+func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration, pipelined bool, written *atomic.Int64) ([]time.Duration, error) {
 	value := make([]byte, 1024)
 	rng := rand.NewChaCha8([32]byte{})
 	deadline := time.Now().Add(d)
 	var commits []time.Duration
+	var pending *pebble.Batch // applied, its sync not yet awaited
+	var pendingStart time.Time
+	await := func() error {
+		if pending == nil {
+			return nil
+		}
+		err := pending.SyncWait()
+		commits = append(commits, time.Since(pendingStart))
+		pending.Close()
+		pending = nil
+		written.Add(1)
+		return err
+	}
 	// At least one batch, so that a run has a rate to compare.
 	for n := 0; (n == 0 || time.Now().Before(deadline)) && ctx.Err() == nil; n++ {
 		b := db.NewBatch()
@@ -328,13 +354,26 @@ func writeBatches(ctx context.Context, db *pebble.DB, d time.Duration, written *
 				return commits, err
 			}
 		}
+		if err := await(); err != nil {
+			return commits, err
+		}
 		start := time.Now()
+		if pipelined {
+			if err := db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+				return commits, err
+			}
+			pending, pendingStart = b, start
+			continue
+		}
 		if err := b.Commit(pebble.Sync); err != nil {
 			return commits, err
 		}
 		commits = append(commits, time.Since(start))
 		b.Close()
 		written.Add(1)
+	}
+	if err := await(); err != nil {
+		return commits, err
 	}
 	return commits, ctx.Err()
 }

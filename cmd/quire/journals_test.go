@@ -677,9 +677,19 @@ func TestBenchRecording(t *testing.T) {
 			t.Errorf("--codec none --separate-values: run %+v", run)
 		}
 	}
+	// Pipelined commits: every batch applied is awaited and counted.
+	res, _ = benchRecordingJSON(t, b, "-j", "bench/rec", "--duration", "200ms", "--pipelined")
+	if !res.Pipelined || len(res.Runs) != 2 {
+		t.Fatalf("--pipelined: pipelined %v, %d runs", res.Pipelined, len(res.Runs))
+	}
+	for _, run := range res.Runs {
+		if run.Batches == 0 || run.Recorded != (run.LogBytes > int64(run.Batches)*100*1024) || run.CommitP50Ms <= 0 {
+			t.Errorf("--pipelined: run %+v", run)
+		}
+	}
 	// The table says so too.
-	table := must(t, b, nil, "bench", "recording", "-j", "bench/rec", "--duration", "1ns", "--codec", "snappy", "--separate-values").stdout
-	if want := "recovery logs stored with snappy; values of 256 bytes or more kept in blob files\n"; !strings.HasSuffix(table, want) {
+	table := must(t, b, nil, "bench", "recording", "-j", "bench/rec", "--duration", "1ns", "--codec", "snappy", "--separate-values", "--pipelined").stdout
+	if want := "recovery logs stored with snappy; values of 256 bytes or more kept in blob files; commits pipelined\n"; !strings.HasSuffix(table, want) {
 		t.Errorf("the table does not end with %q:\n%s", want, table)
 	}
 	if !strings.HasPrefix(table, "RUN ") || !strings.Contains(table, " P50 ") || !strings.Contains(table, " P99 ") {
