@@ -98,6 +98,7 @@ type allocator struct {
 	target       [][]int
 	targetPrint  uint64
 	haveTarget   bool
+	leading      bool             // it has solved as the leader, and not resigned the gauges since
 	retry        *backoff.Backoff // paces rounds after a failed one
 }
 
@@ -129,6 +130,7 @@ func newAllocator(cfg Config) (*allocator, error) {
 }
 
 func (a *allocator) run(ctx context.Context) error {
+	defer a.stopLeading()
 	for {
 		changed := a.KeySpace.Changed()
 		kvs, rev := a.KeySpace.Snapshot()
@@ -143,7 +145,10 @@ func (a *allocator) run(ctx context.Context) error {
 			a.Logger.Info("drained: member holds no assignments")
 			return nil
 		}
-		if s.Leader == self {
+		if s.Leader != self {
+			a.stopLeading()
+		} else {
+			a.leading = true
 			next, err := a.round(ctx, s)
 			if errors.Is(err, errConflict) {
 				// The state changed since the snapshot; the change is on its
@@ -170,6 +175,23 @@ func (a *allocator) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// stopLeading zeroes the gauges of the leader's solve once this member
+// no longer leads (another member does, or it stopped): they describe the
+// fleet only as its leader sees it, and a former leader's last values
+// would otherwise stay, and alerts on them with it, after the new leader
+// found the fleet changed. Should it lead again, it solves afresh, and
+// sets them from that solve.
+func (a *allocator) stopLeading() {
+	if !a.leading {
+		return
+	}
+	a.leading, a.haveTarget = false, false
+	membersGauge.Set(0)
+	itemsGauge.Set(0)
+	desiredSlotsGauge.Set(0)
+	unattainableSlotsGauge.Set(0)
 }
 
 // backoff logs a failed round and waits before the next attempt, unless

@@ -5,7 +5,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Metrics of the allocator, as seen by the leader (and zero elsewhere).
+// Metrics of the allocator. The gauges are the leader's view of its last
+// solve, and zero in every other member (allocator.stopLeading).
 var (
 	membersGauge = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "quire_allocator_members", Help: "Members of the fleet at the last solve.",

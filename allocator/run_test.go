@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/quire-dev/quire/keyspace"
@@ -185,5 +186,29 @@ func TestMemberGoneSaysWhy(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return")
+	}
+}
+
+// The leader's gauges describe its last solve; a member that stops
+// leading zeroes them, so that alerts on them (unattainable slots) follow
+// the current leader rather than a former one's last view.
+func TestLeaderGaugesEndWithLeadership(t *testing.T) {
+	f := startFleet(t, 1, 1, 10, 4, 2) // one member: each item's second replica has nowhere to go
+	f.awaitConverged()
+	gauges := map[string]prometheus.Gauge{"members": membersGauge, "items": itemsGauge,
+		"desired slots": desiredSlotsGauge, "unattainable slots": unattainableSlotsGauge}
+	want := map[string]float64{"members": 1, "items": 4, "desired slots": 8, "unattainable slots": 4}
+	for name, g := range gauges {
+		if got := testutil.ToFloat64(g); got != want[name] {
+			t.Errorf("leading: %s %v, want %v", name, got, want[name])
+		}
+	}
+	p := f.members["z1/m1"]
+	f.kill("z1", "m1")
+	<-p.done
+	for name, g := range gauges {
+		if got := testutil.ToFloat64(g); got != 0 {
+			t.Errorf("stopped: %s %v, want 0", name, got)
+		}
 	}
 }
