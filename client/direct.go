@@ -72,6 +72,14 @@ var (
 	})
 )
 
+// Every result's series exists from the start, so that alerts and rates on
+// one (result="fallback") have a series to follow before its first read.
+func init() {
+	for _, result := range []string{"ok", "fallback", "closed"} {
+		directReads.WithLabelValues(result)
+	}
+}
+
 // directFetcher opens the URLs of fragments for direct reads.
 type directFetcher struct {
 	http *http.Client

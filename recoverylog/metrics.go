@@ -28,3 +28,11 @@ var (
 	skippedBytes = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_recoverylog_skipped_bytes_total", Help: "Recovery-log bytes that players skipped, as their hints allowed."})
 )
+
+// Every reason's series exists from the start, so that alerts and rates on
+// one (reason="failed") have a series to follow before its first failure.
+func init() {
+	for _, reason := range []string{"failed", "fenced"} {
+		recorderFailures.WithLabelValues(reason)
+	}
+}
