@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quire-dev/quire/allocator"
+	"github.com/quire-dev/quire/internal/env"
 	"github.com/quire-dev/quire/internal/etcdclient"
 	"github.com/quire-dev/quire/internal/fleet"
 	"github.com/quire-dev/quire/internal/tlsconfig"
@@ -37,6 +38,7 @@ func newAllocatorCommand() *cobra.Command {
 type planFlags struct {
 	file, output, etcd, prefix, fleet string
 	drain, add, replication           []string
+	etcdGiven                         bool // --etcd was on the command line
 	timeout                           time.Duration
 	etcdTLS                           tlsconfig.Files
 	etcdUser                          etcdclient.User
@@ -45,7 +47,7 @@ type planFlags struct {
 func newPlanCommand() *cobra.Command {
 	var f planFlags
 	cmd := &cobra.Command{
-		Use:   "plan (-f SCENARIO.yaml | --etcd ENDPOINTS --prefix PREFIX)",
+		Use:   "plan (-f SCENARIO.yaml | --prefix PREFIX [--etcd ENDPOINTS])",
 		Short: "Show what the allocator would assign",
 		Long: `Solve an allocation problem and print the assignments the allocator would
 converge to, with statistics. The problem is a scenario file:
@@ -54,8 +56,9 @@ converge to, with statistics. The problem is a scenario file:
   items:       [{id: a, replication: 3}]
   assignments: [{item: a, zone: z1, suffix: m1, slot: 0}]   # current; optional
 
-or a live fleet read from etcd under --prefix (for example /quire/brokers/,
-or a consumer application's /quire/consumers/NAME/): brokers and their
+or a live fleet read from etcd (--etcd, else $QUIRE_ETCD, else quire dev's)
+under --prefix (for example /quire/brokers/, or a consumer application's
+/quire/consumers/NAME/, such as quire dev's /quire/consumers/wordcount/): brokers and their
 journals, consumer processes and their shards (replication 1 +
 hotStandbys), or the members of quire allocator member, as --fleet says or,
 by default, as the fleet's values show.
@@ -67,12 +70,13 @@ Bad input — a prefix that holds no fleet, a value that does not decode, an
 unknown member or item — is reported on standard error with exit code 2.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.etcdGiven = cmd.Flags().Changed("etcd")
 			return runPlan(cmd.Context(), cmd.OutOrStdout(), f)
 		},
 	}
 	cmd.Flags().StringVarP(&f.file, "file", "f", "", "scenario file (YAML or JSON); - reads standard input")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: json, yaml or table")
-	cmd.Flags().StringVar(&f.etcd, "etcd", "", "comma-separated etcd endpoints of a live fleet")
+	cmd.Flags().StringVar(&f.etcd, "etcd", env.Or("QUIRE_ETCD", defaultEtcd), "the live fleet's etcd: "+etcdFlagUsage)
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "the live fleet's key prefix, e.g. /quire/brokers/")
 	cmd.Flags().StringVar(&f.fleet, "fleet", "auto", "the live fleet's kind: brokers, consumers, plain (quire allocator member), or auto (by its values)")
 	cmd.Flags().StringArrayVar(&f.drain, "drain", nil, "what if member ZONE#SUFFIX drained (repeatable)")
@@ -96,14 +100,14 @@ func runPlan(ctx context.Context, stdout io.Writer, f planFlags) error {
 	var sc *allocator.Scenario
 	var err error
 	switch {
-	case f.file != "" && f.etcd != "":
-		return usagef("give either -f or --etcd, not both")
+	case f.file != "" && (f.prefix != "" || f.etcdGiven):
+		return usagef("give either -f or a live fleet's --prefix (and --etcd), not both")
 	case f.file != "":
 		sc, err = readScenario(f.file)
-	case f.etcd != "":
+	case f.prefix != "":
 		sc, err = liveScenario(ctx, f)
 	default:
-		return usagef("give a scenario file with -f, or a live fleet with --etcd and --prefix")
+		return usagef("give a scenario file with -f, or a live fleet's --prefix, such as /quire/brokers/ or /quire/consumers/NAME/")
 	}
 	if err != nil {
 		return err

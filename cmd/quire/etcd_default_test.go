@@ -26,7 +26,7 @@ func TestEtcdDefaultIsDevs(t *testing.T) {
 	if consumer.DefaultEtcd != want {
 		t.Errorf("consumer.DefaultEtcd %q, want quire dev's etcd, %q", consumer.DefaultEtcd, want)
 	}
-	for _, path := range [][]string{{"broker", "serve"}, {"allocator", "member"}} {
+	for _, path := range [][]string{{"broker", "serve"}, {"allocator", "member"}, {"allocator", "plan"}, {"console"}} {
 		cmd, _, err := root.Find(path)
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -195,6 +196,7 @@ func TestPlanBadInput(t *testing.T) {
 		{"allocator", "plan"},
 		{"allocator", "plan", "-f", "testdata/small.yaml", "-o", "xml"},
 		{"allocator", "plan", "-f", "testdata/small.yaml", "--etcd", "http://127.0.0.1:1"},
+		{"allocator", "plan", "-f", "testdata/small.yaml", "--prefix", "/quire/brokers/"},
 		{"allocator", "plan", "--bogus"},
 	} {
 		if _, err := run(t, args...); !errors.As(err, new(usageError)) {
@@ -226,5 +228,16 @@ func TestPlanLiveFleet(t *testing.T) {
 	}
 	if plan.Stats.Kept != 1 || plan.Stats.Added != 1 || len(plan.Assignments) != 2 || plan.Assignments[0].Zone != "z2" {
 		t.Errorf("plan %+v", plan)
+	}
+	// Without --etcd, the fleet is read from $QUIRE_ETCD (else quire dev's).
+	t.Setenv("QUIRE_ETCD", etcdtest.Shared(t).Endpoint())
+	out, err = run(t, "allocator", "plan", "--prefix", root, "-o", "json")
+	var again allocator.Plan
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &again)
+	}
+	again.Stats.SolveSeconds = plan.Stats.SolveSeconds
+	if err != nil || !reflect.DeepEqual(again, plan) {
+		t.Errorf("plan --prefix with $QUIRE_ETCD: %v, %+v; want the plan read with --etcd, %+v", err, again, plan)
 	}
 }
