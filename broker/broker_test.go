@@ -565,15 +565,7 @@ func TestPersistRefusesAChangedSpool(t *testing.T) {
 		if f.Journal != journal || f.Begin != 0 {
 			return
 		}
-		name := filepath.Join(spool.Dir(dir, journal), fmt.Sprintf("%016x.content", f.Begin))
-		file, err := os.OpenFile(name, os.O_WRONLY, 0)
-		if err == nil {
-			_, err = file.WriteAt([]byte{'!'}, 1000)
-			file.Close()
-		}
-		if err != nil {
-			t.Errorf("changing the spool's file %s: %v", name, err)
-		}
+		changeSpool(t, dir, f)
 		select {
 		case changed <- f:
 		default:
@@ -838,5 +830,87 @@ func TestReplicaRedirectsReadsOfContentItLacks(t *testing.T) {
 	got, err := io.ReadAll(rd)
 	if err != nil || string(got) != "hello\nworld\n" {
 		t.Fatalf("a client of the newcomer's zone read %q, %v; want the whole journal", got, err)
+	}
+}
+
+// The persister's backlog is measured: a rolled spool counts in
+// quire_broker_persist_queue_fragments and _bytes from its roll until a
+// store holds it, and a broker that stops takes its share out.
+func TestPersistBacklogIsMeasured(t *testing.T) {
+	const journal = "log/backlog"
+	held, release := make(chan fragment.Fragment, 1), make(chan struct{})
+	persistHook = func(f fragment.Fragment) {
+		if f.Journal == journal && f.Begin == 0 {
+			held <- f
+			<-release
+		}
+	}
+	t.Cleanup(func() { persistHook = func(fragment.Fragment) {} })
+	fragments, bytes0 := testutil.ToFloat64(persistQueueFragments), testutil.ToFloat64(persistQueueBytes)
+
+	c := newCluster(t)
+	b := c.start("b1", t.TempDir())
+	c.journal(b, journal, 1)                                  // Fragments roll at 1 MiB.
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
+	for range 5 {
+		c.appendRetry(b, journal, chunk)
+	}
+	var f fragment.Fragment
+	select {
+	case f = <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first fragment was never persisted")
+	}
+	if got := testutil.ToFloat64(persistQueueFragments) - fragments; got != 1 {
+		t.Errorf("persisting %s: %v fragments queued, want 1", f.Name(), got)
+	}
+	if got := testutil.ToFloat64(persistQueueBytes) - bytes0; got != float64(f.Len()) {
+		t.Errorf("persisting %s: %v bytes queued, want its %d", f.Name(), got, f.Len())
+	}
+	close(release)
+	deadline := time.Now().Add(30 * time.Second)
+	for testutil.ToFloat64(persistQueueFragments) != fragments || testutil.ToFloat64(persistQueueBytes) != bytes0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s was persisted: %v fragments, %v bytes queued; want none", f.Name(),
+				testutil.ToFloat64(persistQueueFragments)-fragments, testutil.ToFloat64(persistQueueBytes)-bytes0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// A broker stopped with a spool still to persist (here, one that
+	// fails its check, changed on disk, and waits to be tried again)
+	// leaves nothing in the gauges: it is recovered at the next start.
+	failures := testutil.ToFloat64(persistErrors)
+	persistHook = func(f fragment.Fragment) {
+		if f.Journal == journal && f.Begin > 0 {
+			changeSpool(t, b.dir, f)
+		}
+	}
+	for range 4 {
+		c.appendRetry(b, journal, chunk)
+	}
+	for testutil.ToFloat64(persistErrors) == failures {
+		if time.Now().After(deadline) {
+			t.Fatal("persisting the changed spool did not fail")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.stop(b)
+	if got, gotBytes := testutil.ToFloat64(persistQueueFragments)-fragments, testutil.ToFloat64(persistQueueBytes)-bytes0; got != 0 || gotBytes != 0 {
+		t.Errorf("after the broker stopped: %v fragments, %v bytes queued; want none", got, gotBytes)
+	}
+}
+
+// changeSpool changes a byte of the spool of f under a broker's dir, as
+// a failing disk would.
+func changeSpool(t *testing.T, dir string, f fragment.Fragment) {
+	name := filepath.Join(spool.Dir(dir, f.Journal), fmt.Sprintf("%016x.content", f.Begin))
+	file, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err == nil {
+		_, err = file.WriteAt([]byte{'!'}, 1000)
+		file.Close()
+	}
+	if err != nil {
+		t.Errorf("changing the spool's file %s: %v", name, err)
 	}
 }

@@ -54,6 +54,14 @@ var (
 	persistErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_persist_errors_total", Help: "Failed attempts to persist a fragment (retried).",
 	})
+	persistQueueFragments = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "quire_broker_persist_queue_fragments",
+		Help: "Rolled and recovered spools waiting to be persisted: queued, in flight, or waiting to retry.",
+	})
+	persistQueueBytes = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "quire_broker_persist_queue_bytes",
+		Help: "Content of the spools waiting to be persisted: bytes on this broker's disk that no fragment store holds yet, besides the spools being written.",
+	})
 	headsRolledForward = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "quire_broker_heads_rolled_forward_total", Help: "Times a primary rolled a journal's write head forward past content its stores hold (fragments restored, or quire journals reset-head).",
 	})

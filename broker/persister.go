@@ -21,11 +21,17 @@ type persistJob struct {
 // until it succeeds or the broker stops (whatever is left is recovered at
 // the next start). Wait blocks until everything queued so far is stored.
 type persister struct {
-	srv     *Server
-	mu      sync.Mutex
-	cond    sync.Cond
-	queue   []*persistJob
-	pending int // queued or in flight
+	srv   *Server
+	mu    sync.Mutex
+	cond  sync.Cond
+	queue []*persistJob
+	// pending counts the jobs queued, in flight or waiting to retry, and
+	// pendingBytes their content: what this broker holds that no store
+	// does, besides its open spools. The gauges sum them over the
+	// persisters of the process, until a persister stops (stopped).
+	pending      int
+	pendingBytes int64
+	stopped      bool
 }
 
 func newPersister(srv *Server) *persister {
@@ -38,8 +44,19 @@ func (p *persister) enqueue(j *persistJob) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.queue = append(p.queue, j)
-	p.pending++
+	p.count(1, j.frag.Len())
 	p.cond.Broadcast()
+}
+
+// count adds n jobs with size bytes of content to the pending ones, and
+// to the gauges while the persister runs. Callers hold p.mu.
+func (p *persister) count(n int, size int64) {
+	p.pending += n
+	p.pendingBytes += size
+	if !p.stopped {
+		persistQueueFragments.Add(float64(n))
+		persistQueueBytes.Add(float64(size))
+	}
 }
 
 // run persists jobs with n workers until ctx is done.
@@ -61,6 +78,13 @@ func (p *persister) run(ctx context.Context, n int) {
 		}()
 	}
 	wg.Wait()
+	// What is left is recovered from disk at the next start; the process's
+	// gauges no longer count it.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	persistQueueFragments.Sub(float64(p.pending))
+	persistQueueBytes.Sub(float64(p.pendingBytes))
+	p.stopped = true
 }
 
 func (p *persister) next(ctx context.Context) *persistJob {
@@ -83,7 +107,7 @@ func (p *persister) persist(ctx context.Context, j *persistJob) {
 		fragmentsPersisted.Inc()
 		bytesPersisted.Add(float64(j.frag.Len()))
 		j.done(j.frag)
-		p.finish()
+		p.finish(j)
 		return
 	}
 	if ctx.Err() != nil {
@@ -120,10 +144,10 @@ func (p *persister) try(ctx context.Context, j *persistJob) error {
 	return store.Persist(ctx, j.frag, rc)
 }
 
-func (p *persister) finish() {
+func (p *persister) finish(j *persistJob) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.pending--
+	p.count(-1, -j.frag.Len())
 	p.cond.Broadcast()
 }
 
