@@ -3,6 +3,8 @@ package etcdclient
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -34,8 +36,23 @@ func TestCheckVersion(t *testing.T) {
 // A real etcd server that reports an old version is refused, with a
 // message naming its endpoint, its version and the minimum; a current one
 // is accepted. (The server is etcd's own, built into the test; only the
-// version it reports is changed, as etcd's build does.)
+// version it reports is changed, as etcd's build does.) The version is a
+// variable of the process that every etcd server in it reads, so the test
+// runs in a process of its own, where no other server runs.
+// oldServersChild is set in the environment of the process that
+// TestDialRefusesOldServers runs itself in.
+const oldServersChild = "QUIRE_TEST_OLD_SERVERS_CHILD"
+
 func TestDialRefusesOldServers(t *testing.T) {
+	if os.Getenv(oldServersChild) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestDialRefusesOldServers$", "-test.count", "1", "-test.v")
+		cmd.Env = append(os.Environ(), oldServersChild+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestDialRefusesOldServers") {
+			t.Fatalf("in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
 	ctx := context.Background()
 	for _, tc := range []struct {
 		version string
