@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	monv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	etcdtypes "go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/auth"
@@ -75,6 +76,9 @@ type cluster struct {
 	deployments  []*appsv1.Deployment
 	jobs         []*batchv1.Job
 	pdbs         []*policyv1.PodDisruptionBudget
+	// Of the Prometheus Operator (components/monitoring):
+	podMonitors []*monv1.PodMonitor
+	rules       []*monv1.PrometheusRule
 }
 
 // add decodes one rendered object, strictly: a field the API types do not
@@ -98,6 +102,10 @@ func (c *cluster) add(apiVersion, kind string, data []byte) error {
 		return decodeInto(data, &c.jobs)
 	case "policy/v1 PodDisruptionBudget":
 		return decodeInto(data, &c.pdbs)
+	case "monitoring.coreos.com/v1 PodMonitor":
+		return decodeInto(data, &c.podMonitors)
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return decodeInto(data, &c.rules)
 	}
 	return fmt.Errorf("%s %s: a kind this test does not check; add it, with its invariants", apiVersion, kind)
 }
