@@ -71,10 +71,27 @@ func New(cfg Config) *Gateway {
 	g.mux.HandleFunc("GET /v1/fragments/{name...}", g.fragments)
 	g.mux.HandleFunc("GET /v1/shards", g.listShards)
 	g.mux.HandleFunc("GET /v1/shards/{id...}", g.statShard)
-	g.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s (see docs/http.md)", r.Method, r.URL.Path))
-	})
+	g.mux.HandleFunc("/v1/", g.noEndpoint)
 	return g
+}
+
+// noEndpoint answers a request that no endpoint serves: 405, with the
+// methods that are served there in Allow, if its path is an endpoint's;
+// 404 otherwise.
+func (g *Gateway) noEndpoint(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
+		if _, pattern := g.mux.Handler(&http.Request{Method: m, URL: r.URL, Host: r.Host}); pattern != "/v1/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		WriteError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s (see docs/http.md)", r.Method, r.URL.Path))
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	WriteError(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s: this endpoint takes %s (see docs/http.md)",
+		r.Method, r.URL.Path, strings.Join(allow, ", ")))
 }
 
 // ServeHTTP serves the /v1/ endpoints.

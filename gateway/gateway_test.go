@@ -216,6 +216,9 @@ func TestErrorsAreStatuses(t *testing.T) {
 		{"GET", "/v1/journals/test/text", nil, "Basic abc", 401, "Bearer"},
 		{"GET", "/v1/shards", nil, "", 404, "no consumer application"},
 		{"GET", "/v1/nothing", nil, "", 404, "no endpoint"},
+		{"DELETE", "/v1/journals/test/text", nil, "", 405, "takes GET, HEAD, POST"},
+		{"POST", "/v1/shards", []byte("x"), "", 405, "takes GET, HEAD"},
+		{"PUT", "/v1/nothing", nil, "", 404, "no endpoint"},
 		{"GET", "/v1/specs/test/missing", nil, "", 404, "not found"},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
@@ -238,6 +241,16 @@ func TestErrorsAreStatuses(t *testing.T) {
 				t.Fatalf("%s %q, want %d with %q", resp.Status, body.Error, tc.want, tc.error)
 			}
 		})
+	}
+	// A method an endpoint does not take is answered with those it does.
+	req, _ := http.NewRequest(http.MethodDelete, url+"/v1/journals/test/text", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get("Allow"); got != "GET, HEAD, POST" {
+		t.Errorf("DELETE of a journal: Allow %q, want GET, HEAD, POST", got)
 	}
 	// Nothing of the refused appends was appended.
 	if _, got := get(t, url+"/v1/journals/test/text"); len(got) != 0 {
