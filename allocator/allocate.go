@@ -98,7 +98,7 @@ type allocator struct {
 	target       [][]int
 	targetPrint  uint64
 	haveTarget   bool
-	leading      bool             // it has solved as the leader, and not resigned the gauges since
+	leading      bool             // it led at its last snapshot: the leader gauges are its own
 	retry        *backoff.Backoff // paces rounds after a failed one
 }
 
