@@ -577,16 +577,8 @@ func TestPersistRefusesAChangedSpool(t *testing.T) {
 	b := c.start("b1", dir)
 	c.journal(b, journal, 1) // Fragments roll at 1 MiB.
 	failures := testutil.ToFloat64(persistErrors)
-	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
-	for range 5 {
-		c.appendRetry(b, journal, chunk)
-	}
-	var f fragment.Fragment
-	select {
-	case f = <-changed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first fragment was not persisted")
-	}
+	appendChunks(c, b, journal, 5)
+	f := awaitPersist(t, changed)
 	deadline := time.Now().Add(30 * time.Second)
 	for testutil.ToFloat64(persistErrors) == failures {
 		if time.Now().After(deadline) {
@@ -850,17 +842,9 @@ func TestPersistBacklogIsMeasured(t *testing.T) {
 
 	c := newCluster(t)
 	b := c.start("b1", t.TempDir())
-	c.journal(b, journal, 1)                                  // Fragments roll at 1 MiB.
-	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
-	for range 5 {
-		c.appendRetry(b, journal, chunk)
-	}
-	var f fragment.Fragment
-	select {
-	case f = <-held:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first fragment was never persisted")
-	}
+	c.journal(b, journal, 1) // Fragments roll at 1 MiB.
+	appendChunks(c, b, journal, 5)
+	f := awaitPersist(t, held)
 	if got := testutil.ToFloat64(persistQueueFragments) - fragments; got != 1 {
 		t.Errorf("persisting %s: %v fragments queued, want 1", f.Name(), got)
 	}
@@ -886,9 +870,7 @@ func TestPersistBacklogIsMeasured(t *testing.T) {
 			changeSpool(t, b.dir, f)
 		}
 	}
-	for range 4 {
-		c.appendRetry(b, journal, chunk)
-	}
+	appendChunks(c, b, journal, 4)
 	for testutil.ToFloat64(persistErrors) == failures {
 		if time.Now().After(deadline) {
 			t.Fatal("persisting the changed spool did not fail")
@@ -912,5 +894,27 @@ func changeSpool(t *testing.T, dir string, f fragment.Fragment) {
 	}
 	if err != nil {
 		t.Errorf("changing the spool's file %s: %v", name, err)
+	}
+}
+
+// appendChunks appends n chunks of 256 KiB to journal: past a fragment,
+// where fragments roll at 1 MiB.
+func appendChunks(c *cluster, b *testBroker, journal string, n int) {
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 16<<10)
+	for range n {
+		c.appendRetry(b, journal, chunk)
+	}
+}
+
+// awaitPersist returns the fragment that a persistHook sends on ch, within
+// 30 s.
+func awaitPersist(t *testing.T, ch <-chan fragment.Fragment) fragment.Fragment {
+	t.Helper()
+	select {
+	case f := <-ch:
+		return f
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first fragment was never persisted")
+		return fragment.Fragment{}
 	}
 }
